@@ -1,0 +1,60 @@
+# Baby Basics data layer. `make up` gives you a migrated database; `make test` runs every test
+# against a real PostgreSQL that the tests start themselves.
+
+SHELL := /bin/bash
+SWIFT ?= swift
+BBMIGRATE := .build/debug/bbmigrate
+BUILD_LOG := .build/make-build.log
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: help deps build test up down psql clean
+
+help:
+	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate"
+	@echo "make test   install what is missing, build (no warnings allowed), run every test"
+	@echo "make down   stop the development database in .bbdata/"
+	@echo "make psql   open psql on the development database"
+
+# libpq-dev (headers + pkg-config file), pkg-config, and the PostgreSQL server programs that
+# the embedded cluster and the tests run. Installed with apt only when missing.
+deps:
+	@missing=""; \
+	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
+	pkg-config --exists libpq 2>/dev/null || missing="$$missing libpq-dev"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$BB_PG_BINDIR" ] || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+		if ! command -v apt-get >/dev/null 2>&1; then \
+			echo "Missing:$$missing. Install libpq and the PostgreSQL server (macOS: brew install libpq postgresql@15 pkg-config)." >&2; exit 2; \
+		fi; \
+		echo "Installing with apt-get:$$missing"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 2; \
+	fi
+
+# Builds everything, tests included, and fails on any compiler warning in our own code.
+build: deps
+	@mkdir -p .build
+	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
+	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
+
+test: build
+	$(SWIFT) test --skip-build --disable-xctest
+
+up: build
+	@if [ -n "$$DATABASE_URL" ]; then \
+		echo "Using DATABASE_URL."; \
+	else \
+		$(BBMIGRATE) embedded start >/dev/null || exit $$?; \
+	fi
+	@echo "The database is running. 'bbmigrate up' and 'bbmigrate verify' do not exist yet (they are the next issue), so make up stops here without migrating."
+	@if [ -n "$$DATABASE_URL" ]; then echo "Connect with: psql \"\$$DATABASE_URL\""; \
+	else echo "Connect with: psql \"$$($(BBMIGRATE) embedded url)\""; fi
+
+down:
+	@[ -x $(BBMIGRATE) ] && $(BBMIGRATE) embedded stop || true
+
+psql:
+	psql "$${DATABASE_URL:-$$($(BBMIGRATE) embedded url)}"
+
+clean:
+	rm -rf .build

@@ -1,0 +1,39 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "BabyBasics",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Postgres", targets: ["Postgres"]),
+        .library(name: "EmbeddedPostgres", targets: ["EmbeddedPostgres"]),
+        .executable(name: "bbmigrate", targets: ["bbmigrate"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    ],
+    targets: [
+        // libpq, found through pkg-config.
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
+        ),
+        // The Swift wrapper of libpq: connections, safe SQL, binary types, rows, errors, pool.
+        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        // initdb/pg_ctl driven throw-away or development clusters, and test databases.
+        .target(name: "EmbeddedPostgres", dependencies: ["Postgres"]),
+        // The thin command-line front end.
+        .executableTarget(
+            name: "bbmigrate",
+            dependencies: [
+                "Postgres",
+                "EmbeddedPostgres",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
+        .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

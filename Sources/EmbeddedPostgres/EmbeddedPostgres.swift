@@ -1,0 +1,265 @@
+import Foundation
+import Postgres
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A PostgreSQL cluster that lives in one folder: created with `initdb`, started on a free
+/// port with its Unix socket inside the folder, stopped with `pg_ctl`.
+///
+/// For development (`.bbdata/`), for this package's tests, and for backend services' own tests.
+/// As root, the server runs as the `postgres` account, which is given the folder.
+///
+/// Layout: `data/` (the cluster), `server.log`, `superuser.password`, and the socket
+/// `.s.PGSQL.<port>`.
+///
+/// ```swift
+/// let cluster = EmbeddedPostgres(directory: URL(fileURLWithPath: ".bbdata"))
+/// try cluster.start()
+/// try await cluster.createDatabase("babybasics")
+/// let connection = try await PostgresConnection.connect(try cluster.connectionString(database: "babybasics"))
+/// ```
+public struct EmbeddedPostgres: Sendable {
+    /// Server settings.
+    public struct Options: Sendable {
+        /// `false` turns off fsync and friends: much faster, and fine for throw-away clusters.
+        public var durable: Bool
+        /// `max_connections`.
+        public var maxConnections: Int
+        /// Extra `postgresql.conf` lines (`name = value`).
+        public var settings: [String: String]
+
+        public init(durable: Bool = true, maxConnections: Int = 200, settings: [String: String] = [:]) {
+            self.durable = durable
+            self.maxConnections = maxConnections
+            self.settings = settings
+        }
+    }
+
+    /// Whether the cluster exists and runs.
+    public enum Status: Sendable, Equatable, CustomStringConvertible {
+        case notInitialized
+        case stopped
+        case running(port: Int, pid: Int)
+
+        public var description: String {
+            switch self {
+            case .notInitialized: "not created"
+            case .stopped: "stopped"
+            case .running(let port, let pid): "running (port \(port), pid \(pid))"
+            }
+        }
+    }
+
+    /// The cluster's folder (absolute).
+    public let directory: URL
+    public let options: Options
+
+    /// The superuser, which connects without a password over the Unix socket.
+    public static let superuser = "postgres"
+
+    public init(directory: URL, options: Options = Options()) {
+        self.directory = directory.standardizedFileURL.absoluteURL
+        self.options = options
+    }
+
+    public var dataDirectory: URL { directory.appendingPathComponent("data") }
+    public var logFile: URL { directory.appendingPathComponent("server.log") }
+    var passwordFile: URL { directory.appendingPathComponent("superuser.password") }
+
+    // MARK: Status
+
+    /// Reads `postmaster.pid` and checks that its process lives. Spawns nothing, so it is cheap
+    /// enough to call before every connection.
+    public func status() throws -> Status {
+        let fileManager = FileManager.default
+        guard fileManager.fileExists(atPath: dataDirectory.appendingPathComponent("PG_VERSION").path) else {
+            return .notInitialized
+        }
+        guard let pidFile = try? String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8) else {
+            return .stopped
+        }
+        let lines = pidFile.split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count >= 8, let pid = Int32(lines[0].trimmingCharacters(in: .whitespaces)),
+              let port = Int(lines[3].trimmingCharacters(in: .whitespaces)), pid > 0 else { return .stopped }
+        // Line 8 is the server state; "ready" once it accepts connections.
+        guard lines[7].trimmingCharacters(in: .whitespaces) == "ready" else { return .stopped }
+        guard kill(pid, 0) == 0 || errno == EPERM else { return .stopped }
+        #if os(Linux)
+        // A stale pid file whose number now belongs to another program.
+        if let command = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8), !command.hasPrefix("postgres") {
+            return .stopped
+        }
+        #endif
+        return .running(port: port, pid: Int(pid))
+    }
+
+    /// The port of the running server.
+    public func port() throws -> Int {
+        guard case .running(let port, _) = try status() else {
+            throw EmbeddedPostgresError("the embedded PostgreSQL in \(directory.path) is not running", fix: "start it (bbmigrate embedded start)")
+        }
+        return port
+    }
+
+    /// A URL for `database` over the Unix socket, as the superuser (no password needed):
+    /// `postgresql://postgres@/babybasics?host=/path/.bbdata&port=54321`. psql accepts it.
+    public func connectionString(database: String = "postgres") throws -> String {
+        let port = try port()
+        let host = directory.path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? directory.path
+        let name = database.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? database
+        return "postgresql://\(Self.superuser)@/\(name)?host=\(host)&port=\(port)"
+    }
+
+    /// A TCP URL (127.0.0.1) for `database`, with the superuser password.
+    public func tcpConnectionString(database: String = "postgres") throws -> String {
+        let port = try port()
+        let password = try String(contentsOf: passwordFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        return "postgresql://\(Self.superuser):\(password)@127.0.0.1:\(port)/\(database)"
+    }
+
+    // MARK: Start and stop
+
+    /// Creates the cluster if needed and starts it if it is not running. Returns the status.
+    @discardableResult
+    public func start() throws -> Status {
+        let current = try status()
+        if case .running = current { return current }
+        let binaries = try ServerBinaries.locate()
+        try prepareDirectory()
+        if current == .notInitialized { try initialize(binaries) }
+        var lastError: EmbeddedPostgresError?
+        for _ in 0..<3 {
+            let port = try Self.freePort()
+            let outcome = try ProcessRunner.run(binaries.pgCtl, [
+                "start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "60", "-o", "-p \(port)",
+            ])
+            if outcome.status == 0, case .running = try status() { return try status() }
+            let log = (try? String(contentsOf: logFile, encoding: .utf8)) ?? ""
+            lastError = EmbeddedPostgresError(
+                "PostgreSQL in \(directory.path) did not start",
+                fix: "read \(logFile.path); if the folder is damaged, stop any server using it and delete the folder",
+                output: outcome.output + "\n" + log.split(separator: "\n").suffix(10).joined(separator: "\n"))
+            if !log.contains("Address already in use") { break }
+        }
+        throw lastError ?? EmbeddedPostgresError("PostgreSQL did not start")
+    }
+
+    /// Stops the server (fast shutdown: running transactions roll back). Does nothing if it
+    /// is not running.
+    public func stop(immediate: Bool = false) throws {
+        guard case .running = try status() else { return }
+        let binaries = try ServerBinaries.locate()
+        let outcome = try ProcessRunner.run(binaries.pgCtl, ["stop", "-D", dataDirectory.path, "-w", "-m", immediate ? "immediate" : "fast"])
+        guard outcome.status == 0 else {
+            throw EmbeddedPostgresError("PostgreSQL in \(directory.path) did not stop", output: outcome.output)
+        }
+    }
+
+    /// Creates `name` (optionally as a copy of `template`), as the superuser.
+    ///
+    /// ```swift
+    /// try await cluster.createDatabase("test_42", template: "migrated_template")
+    /// ```
+    public func createDatabase(_ name: String, template: String? = nil) async throws {
+        let connection = try await PostgresConnection.connect(try connectionString(database: "postgres"))
+        defer { Task { await connection.close() } }
+        if let template {
+            try await connection.execute("CREATE DATABASE \(identifier: name) TEMPLATE \(identifier: template)")
+        } else {
+            try await connection.execute("CREATE DATABASE \(identifier: name)")
+        }
+    }
+
+    /// Whether database `name` exists.
+    public func databaseExists(_ name: String) async throws -> Bool {
+        let connection = try await PostgresConnection.connect(try connectionString(database: "postgres"))
+        defer { Task { await connection.close() } }
+        return try await connection.fetchValue(Bool.self, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = \(name))") ?? false
+    }
+
+    // MARK: Internals
+
+    private func prepareDirectory() throws {
+        let fileManager = FileManager.default
+        try fileManager.createDirectory(at: directory, withIntermediateDirectories: true)
+        // The socket path (folder + "/.s.PGSQL.NNNNN") must fit in sockaddr_un (107 bytes).
+        guard directory.path.utf8.count + 18 <= 107 else {
+            throw EmbeddedPostgresError(
+                "the folder path \(directory.path) is too long for a Unix socket (limit about 90 characters)",
+                fix: "use a shorter folder, for example under /tmp")
+        }
+        try ProcessRunner.handOver(directory.path)
+        if ProcessRunner.isRoot {
+            let probe = try ProcessRunner.run("/usr/bin/test", ["-w", directory.path, "-a", "-x", directory.path])
+            guard probe.status == 0 else {
+                throw EmbeddedPostgresError(
+                    "the '\(ProcessRunner.serverAccount)' account cannot use \(directory.path) (PostgreSQL refuses to run as root, so it runs as that account)",
+                    fix: "make every parent folder searchable (chmod o+x) or choose a folder under /tmp")
+            }
+        }
+    }
+
+    private func initialize(_ binaries: ServerBinaries) throws {
+        let password = Self.randomPassword()
+        try Data((password + "\n").utf8).write(to: passwordFile, options: .atomic)
+        try ProcessRunner.handOver(passwordFile.path)
+        chmod(passwordFile.path, 0o600)
+        #if os(Linux)
+        let locale = "C.UTF-8"
+        #else
+        let locale = "en_US.UTF-8"
+        #endif
+        let outcome = try ProcessRunner.run(binaries.initdb, [
+            "-D", dataDirectory.path, "-U", Self.superuser, "--encoding=UTF8", "--locale=\(locale)",
+            "--auth-local=trust", "--auth-host=scram-sha-256", "--pwfile=\(passwordFile.path)", "--no-sync",
+        ])
+        guard outcome.status == 0 else {
+            throw EmbeddedPostgresError("initdb failed in \(dataDirectory.path)", fix: "read the output above", output: outcome.output)
+        }
+        var settings: [(String, String)] = [
+            ("listen_addresses", "'127.0.0.1'"),
+            ("unix_socket_directories", "'\(directory.path.replacingOccurrences(of: "'", with: "''"))'"),
+            ("max_connections", String(options.maxConnections)),
+            ("timezone", "'UTC'"),
+            ("log_timezone", "'UTC'"),
+        ]
+        if !options.durable {
+            settings += [("fsync", "off"), ("synchronous_commit", "off"), ("full_page_writes", "off")]
+        }
+        settings += options.settings.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        let config = "\n# Written by EmbeddedPostgres\n" + settings.map { "\($0.0) = \($0.1)" }.joined(separator: "\n") + "\n"
+        let configURL = dataDirectory.appendingPathComponent("postgresql.conf")
+        let handle = try FileHandle(forWritingTo: configURL)
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(config.utf8))
+    }
+
+    private static func randomPassword() -> String {
+        let alphabet = Array("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789")
+        var generator = SystemRandomNumberGenerator()
+        return String((0..<24).map { _ in alphabet[Int(generator.next(upperBound: UInt(alphabet.count)))] })
+    }
+
+    /// A TCP port that is free right now on 127.0.0.1.
+    static func freePort() throws -> Int {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socketFD >= 0 else { throw EmbeddedPostgresError("could not open a socket to find a free port") }
+        defer { close(socketFD) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw EmbeddedPostgresError("could not find a free port") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketFD, $0, &length) }
+        }
+        guard named == 0 else { throw EmbeddedPostgresError("could not find a free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}

@@ -1,0 +1,139 @@
+import Foundation
+import Postgres
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One throw-away cluster per test process, and a fresh database per test.
+///
+/// The cluster starts on first use in a new folder under the temporary directory, with
+/// durability off. A watchdog process stops it and deletes the folder when the test process
+/// exits, even if it crashes. Databases are cloned from templates, which are built once.
+///
+/// ```swift
+/// @Test func storesAUser() async throws {
+///     let database = try await TestPostgres.shared.makeDatabase(template: "migrated") { connection in
+///         try await connection.executeUnsafeRawSQL(schemaSQL)
+///     }
+///     let connection = try await database.connect()
+///     ...
+/// }
+/// ```
+public actor TestPostgres {
+    /// The process-wide instance.
+    public static let shared = TestPostgres()
+
+    private var startTask: Task<EmbeddedPostgres, any Error>?
+    private var templates: [String: Task<Void, any Error>] = [:]
+    private var counter = 0
+
+    /// The running cluster (started on first call).
+    public func cluster() async throws -> EmbeddedPostgres {
+        if let startTask { return try await startTask.value }
+        // initdb and pg_ctl block for seconds: keep them off Swift's cooperative threads.
+        let task = Task { try await runOnDedicatedThread { try Self.startCluster() } }
+        startTask = task
+        return try await task.value
+    }
+
+    private static func startCluster() throws -> EmbeddedPostgres {
+        let base = ProcessInfo.processInfo.environment["BB_TEST_TMPDIR"] ?? "/tmp"
+        let directory = URL(fileURLWithPath: base).appendingPathComponent("bbtest-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let cluster = EmbeddedPostgres(
+            directory: directory,
+            options: .init(durable: false, maxConnections: 400, settings: ["shared_buffers": "256MB", "max_locks_per_transaction": "256"]))
+        try cluster.start()
+        try startWatchdog(for: cluster)
+        return cluster
+    }
+
+    /// A detached shell that waits for this process to end, then stops the cluster and removes it.
+    private static func startWatchdog(for cluster: EmbeddedPostgres) throws {
+        let binaries = try ServerBinaries.locate()
+        let quote = { (text: String) in "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        var stop = "\(quote(binaries.pgCtl)) stop -D \(quote(cluster.dataDirectory.path)) -m immediate -w"
+        if ProcessRunner.isRoot { stop = "runuser -u \(ProcessRunner.serverAccount) -- " + stop }
+        let script = "while kill -0 \(getpid()) 2>/dev/null; do sleep 0.3; done; \(stop) >/dev/null 2>&1; rm -rf \(quote(cluster.directory.path))"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
+        if !FileManager.default.isExecutableFile(atPath: "/usr/bin/setsid") {
+            process.executableURL = URL(fileURLWithPath: "/bin/sh")
+            process.arguments = ["-c", script]
+        } else {
+            process.arguments = ["/bin/sh", "-c", script]
+        }
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+    }
+
+    /// Builds template database `name` once per process with `setup`; later calls wait for it.
+    public func ensureTemplate(_ name: String, setup: @escaping @Sendable (PostgresConnection) async throws -> Void) async throws {
+        if let existing = templates[name] { return try await existing.value }
+        let cluster = try await cluster()
+        let task = Task {
+            try await cluster.createDatabase(name)
+            let connection = try await PostgresConnection.connect(try cluster.connectionString(database: name))
+            do {
+                try await setup(connection)
+                await connection.close()
+            } catch {
+                await connection.close()
+                throw error
+            }
+        }
+        templates[name] = task
+        try await task.value
+    }
+
+    /// A new, empty database (a copy of `template`, or of `template1`).
+    public func makeDatabase(template: String? = nil) async throws -> TestDatabase {
+        let cluster = try await cluster()
+        counter += 1
+        let name = "test_\(counter)_\(UInt16.random(in: 0...UInt16.max))"
+        try await cluster.createDatabase(name, template: template)
+        return TestDatabase(name: name, connectionString: try cluster.connectionString(database: name), cluster: cluster)
+    }
+
+    /// A new database cloned from template `templateName`, built once with `setup`.
+    public func makeDatabase(template templateName: String, setup: @escaping @Sendable (PostgresConnection) async throws -> Void) async throws -> TestDatabase {
+        try await ensureTemplate(templateName, setup: setup)
+        return try await makeDatabase(template: templateName)
+    }
+}
+
+/// A database created for one test.
+///
+/// ```swift
+/// let connection = try await database.connect()
+/// ```
+public struct TestDatabase: Sendable {
+    public let name: String
+    /// A Unix-socket URL for the superuser.
+    public let connectionString: String
+    public let cluster: EmbeddedPostgres
+
+    /// Opens a new connection to this database.
+    public func connect() async throws -> PostgresConnection {
+        try await PostgresConnection.connect(connectionString)
+    }
+
+    /// The configuration for this database (for pools).
+    public var configuration: PostgresConfiguration { PostgresConfiguration(connectionString) }
+}
+
+/// Runs blocking work (process spawning, waiting) on a thread of its own, so that Swift's
+/// cooperative pool (one thread per core) never stalls.
+///
+/// ```swift
+/// let status = try await runOnDedicatedThread { try cluster.start() }
+/// ```
+public func runOnDedicatedThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread {
+            do { continuation.resume(returning: try body()) } catch { continuation.resume(throwing: error) }
+        }
+        thread.start()
+    }
+}

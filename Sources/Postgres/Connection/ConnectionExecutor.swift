@@ -1,0 +1,55 @@
+import Foundation
+
+/// A serial executor that runs every job on one dedicated thread.
+///
+/// libpq calls block (network I/O), and libpq forbids two threads on one connection at once.
+/// Running a connection actor on its own thread satisfies both: jobs are serial, and blocking
+/// never starves Swift's cooperative thread pool.
+final class ConnectionExecutor: SerialExecutor, @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [UnownedJob] = []
+    private var stopping = false
+
+    init(name: String) {
+        let thread = Thread { [self] in run() }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let unowned = UnownedJob(job)
+        condition.lock()
+        jobs.append(unowned)
+        condition.signal()
+        condition.unlock()
+    }
+
+    func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    /// Ends the thread once the queued jobs have run.
+    func shutdown() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    private func run() {
+        var batch: [UnownedJob] = []
+        while true {
+            condition.lock()
+            while jobs.isEmpty && !stopping { condition.wait() }
+            if jobs.isEmpty && stopping {
+                condition.unlock()
+                return
+            }
+            swap(&batch, &jobs)
+            condition.unlock()
+            for job in batch { job.runSynchronously(on: asUnownedSerialExecutor()) }
+            batch.removeAll(keepingCapacity: true)
+        }
+    }
+}

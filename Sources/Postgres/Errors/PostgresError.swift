@@ -1,0 +1,198 @@
+/// Every failure of the wrapper: an error the server reported, a lost or refused connection,
+/// a value that cannot be sent, or a misuse of the API.
+///
+/// Server errors carry every field libpq reports. `kind` classifies the common SQLSTATEs so
+/// callers can `switch` instead of comparing strings, and `isRetryable` says whether running the
+/// whole transaction again may succeed.
+///
+/// ```swift
+/// do {
+///     try await connection.execute("INSERT INTO users (email) VALUES (\(email))")
+/// } catch let error as PostgresError where error.kind == .uniqueViolation {
+///     print("taken:", error.constraint ?? "?")   // "users_email_key"
+/// }
+/// ```
+public struct PostgresError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public var kind: Kind
+    /// The five-character SQLSTATE (`"23505"`), when the server (or libpq) gave one.
+    public var sqlState: String?
+    /// `ERROR`, `FATAL` or `PANIC` (not localized), when the server gave one.
+    public var severity: String?
+    /// The primary, human-readable message.
+    public var message: String
+    /// Secondary detail, such as the conflicting key.
+    public var detail: String?
+    /// Advice from the server on what to do.
+    public var hint: String?
+    /// 1-based character position of the error in the statement text.
+    public var position: Int?
+    /// Position inside an internally generated statement (`internalQuery`).
+    public var internalPosition: Int?
+    /// The internally generated statement that failed (for example inside a PL/pgSQL function).
+    public var internalQuery: String?
+    /// The call stack context (`WHERE` in psql's output).
+    public var context: String?
+    public var schema: String?
+    public var table: String?
+    public var column: String?
+    public var dataType: String?
+    /// The name of the violated constraint or index.
+    public var constraint: String?
+    /// Server source location, for bug reports.
+    public var sourceFile: String?
+    public var sourceLine: Int?
+    public var sourceFunction: String?
+    /// The SQL text that failed (never the parameter values).
+    public var query: String?
+
+    public init(kind: Kind, message: String, sqlState: String? = nil) {
+        self.kind = kind
+        self.message = message
+        self.sqlState = sqlState
+    }
+
+    /// The classification of an error.
+    public enum Kind: String, Sendable, Hashable {
+        // Integrity (class 23)
+        case uniqueViolation
+        case foreignKeyViolation
+        case notNullViolation
+        case checkViolation
+        case exclusionViolation
+        // Concurrency
+        case serializationFailure
+        case deadlockDetected
+        case lockNotAvailable
+        case queryCanceled
+        // Connection
+        /// The connection could not be made, or broke (class 08, or libpq saw the socket close).
+        case connectionFailure
+        /// The server terminated the session or is shutting down (57P01, 57P02, 57P03).
+        case adminShutdown
+        // Statement
+        case undefinedTable
+        case undefinedColumn
+        case undefinedFunction
+        case syntaxError
+        case insufficientPrivilege
+        case invalidTextRepresentation
+        case numericOutOfRange
+        case divisionByZero
+        case raiseException
+        /// The transaction is aborted: statements are ignored until `ROLLBACK` (25P02).
+        case inFailedTransaction
+        /// A server error not classified above: look at `sqlState`.
+        case otherServerError
+        // Client side
+        /// A connection string, URL or option is invalid.
+        case invalidConfiguration
+        /// A value cannot be sent (for example a `String` holding NUL).
+        case invalidParameter
+        /// The API was used in a way that cannot work (for example two tasks sharing a
+        /// connection inside a transaction).
+        case misuse
+        /// The pool waited `acquireTimeout` without getting a connection.
+        case poolTimeout
+        /// The pool is shut down.
+        case poolClosed
+        /// libpq returned something the wrapper did not expect.
+        case protocolViolation
+    }
+
+    /// Whether running the *whole transaction* again may succeed: serialization failures,
+    /// deadlocks, lock timeouts, and lost connections or server restarts.
+    public var isRetryable: Bool {
+        switch kind {
+        case .serializationFailure, .deadlockDetected, .lockNotAvailable, .connectionFailure, .adminShutdown:
+            true
+        default:
+            sqlState == "53300" // too_many_connections
+        }
+    }
+
+    /// Classifies a SQLSTATE.
+    public static func kind(forSQLState state: String) -> Kind {
+        switch state {
+        case "23505": .uniqueViolation
+        case "23503": .foreignKeyViolation
+        case "23502": .notNullViolation
+        case "23514": .checkViolation
+        case "23P01": .exclusionViolation
+        case "40001": .serializationFailure
+        case "40P01": .deadlockDetected
+        case "55P03": .lockNotAvailable
+        case "57014": .queryCanceled
+        case "57P01", "57P02", "57P03": .adminShutdown
+        case "42P01": .undefinedTable
+        case "42703": .undefinedColumn
+        case "42883": .undefinedFunction
+        case "42601": .syntaxError
+        case "42501": .insufficientPrivilege
+        case "22P02": .invalidTextRepresentation
+        case "22003": .numericOutOfRange
+        case "22012": .divisionByZero
+        case "P0001": .raiseException
+        case "25P02": .inFailedTransaction
+        default: state.hasPrefix("08") ? .connectionFailure : .otherServerError
+        }
+    }
+
+    /// One paragraph for a log or a terminal: what failed, where, and what the server advises.
+    public var description: String {
+        var text = severity.map { "\($0): " } ?? ""
+        text += message
+        if let sqlState { text += " (SQLSTATE \(sqlState))" }
+        if let constraint { text += "\n  constraint: \(constraint)" }
+        if let table {
+            text += "\n  table: " + (schema.map { "\($0).\(table)" } ?? table)
+            if let column { text += ", column: \(column)" }
+        }
+        if let detail { text += "\n  detail: \(detail)" }
+        if let hint { text += "\n  hint: \(hint)" }
+        if let position { text += "\n  at character \(position) of the statement" }
+        if let context { text += "\n  context: \(context)" }
+        return text
+    }
+}
+
+extension PostgresError: Equatable {
+    public static func == (lhs: PostgresError, rhs: PostgresError) -> Bool {
+        lhs.kind == rhs.kind && lhs.sqlState == rhs.sqlState && lhs.message == rhs.message
+            && lhs.constraint == rhs.constraint && lhs.detail == rhs.detail
+    }
+}
+
+/// A column value could not become the Swift type asked for.
+///
+/// It names the column, its PostgreSQL type and the Swift type, so the fix is obvious.
+///
+/// ```swift
+/// do { _ = try row.decode(Int.self, column: "name") }
+/// catch let error as PostgresDecodingError { print(error) }
+/// // column "name" (text) cannot be decoded as Int: expected an integer type
+/// ```
+public struct PostgresDecodingError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// The column name, or `#index` when decoding by position without a name.
+    public var column: String
+    /// The column's zero-based position.
+    public var columnIndex: Int
+    /// The column's PostgreSQL type.
+    public var postgresType: PostgresType
+    /// The Swift type asked for, as written in source.
+    public var swiftType: String
+    /// Why it failed.
+    public var reason: String
+
+    public init(column: String, columnIndex: Int, postgresType: PostgresType, swiftType: String, reason: String) {
+        self.column = column
+        self.columnIndex = columnIndex
+        self.postgresType = postgresType
+        self.swiftType = swiftType
+        self.reason = reason
+    }
+
+    public var description: String {
+        "column \"\(column)\" (\(postgresType)) cannot be decoded as \(swiftType): \(reason)"
+    }
+}

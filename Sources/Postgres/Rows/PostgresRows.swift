@@ -1,0 +1,182 @@
+import CLibPQ
+import Foundation
+
+/// A column of a result: its name, type and wire format.
+public struct PostgresColumn: Sendable, Hashable {
+    public let name: String
+    public let type: PostgresType
+    public let format: PostgresFormat
+}
+
+/// Owns one libpq `PGresult`. Immutable after creation, so it is safe to share; freed on deinit.
+final class ResultStorage: @unchecked Sendable {
+    let result: OpaquePointer?
+    let columns: [PostgresColumn]
+    let rowCount: Int
+    let commandTag: String
+    let affectedRows: Int
+    let columnIndex: [String: Int]
+
+    init(result: OpaquePointer) {
+        self.result = result
+        let columnCount = Int(PQnfields(result))
+        var columns: [PostgresColumn] = []
+        columns.reserveCapacity(columnCount)
+        var index: [String: Int] = [:]
+        for column in 0..<columnCount {
+            let name = PQfname(result, Int32(column)).map { String(cString: $0) } ?? "?column?"
+            let format: PostgresFormat = PQfformat(result, Int32(column)) == 1 ? .binary : .text
+            columns.append(PostgresColumn(name: name, type: PostgresType(PQftype(result, Int32(column))), format: format))
+            if index[name] == nil { index[name] = column }
+        }
+        self.columns = columns
+        columnIndex = index
+        rowCount = Int(PQntuples(result))
+        commandTag = PQcmdStatus(result).map { String(cString: $0) } ?? ""
+        affectedRows = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
+    }
+
+    /// An empty result (a statement that returned nothing).
+    init(commandTag: String) {
+        result = nil
+        columns = []
+        rowCount = 0
+        self.commandTag = commandTag
+        affectedRows = 0
+        columnIndex = [:]
+    }
+
+    deinit { if let result { PQclear(result) } }
+
+    @inline(__always)
+    func cell(row: Int, column: Int) -> PostgresCell {
+        let info = columns[column]
+        var bytes: UnsafeRawBufferPointer?
+        if let result, PQgetisnull(result, Int32(row), Int32(column)) == 0, let value = PQgetvalue(result, Int32(row), Int32(column)) {
+            bytes = UnsafeRawBufferPointer(start: value, count: Int(PQgetlength(result, Int32(row), Int32(column))))
+        }
+        return PostgresCell(bytes: bytes, type: info.type, format: info.format, columnName: info.name, columnIndex: column)
+    }
+}
+
+/// The rows a statement returned, with its columns and command tag.
+///
+/// A random-access collection of `PostgresRow`. The memory is libpq's result, freed when the
+/// last row referencing it goes away.
+///
+/// ```swift
+/// let rows = try await connection.query("SELECT id, name FROM children WHERE primary_caregiver_id = \(userID)")
+/// for row in rows {
+///     let (id, name) = try row.decode((UUID, String).self)
+/// }
+/// let children = try rows.decode(as: Child.self)
+/// ```
+public struct PostgresRows: Sendable, RandomAccessCollection {
+    let storage: ResultStorage
+
+    init(storage: ResultStorage) { self.storage = storage }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int { storage.rowCount }
+    public subscript(position: Int) -> PostgresRow { PostgresRow(storage: storage, index: position) }
+
+    /// The result's columns, in order.
+    public var columns: [PostgresColumn] { storage.columns }
+    /// The command tag, such as `INSERT 0 1` or `SELECT 3`.
+    public var commandTag: String { storage.commandTag }
+    /// Rows inserted, updated, deleted, selected, copied: the number in the command tag.
+    public var affectedRows: Int { storage.affectedRows }
+
+    /// Every row as a `Decodable` struct (see `PostgresRow.decode(as:)`).
+    public func decode<T: Decodable>(as type: T.Type) throws -> [T] {
+        try map { try $0.decode(as: type) }
+    }
+
+    /// The first column of every row.
+    public func decodeColumn<T: PostgresDecodable>(_ type: T.Type) throws -> [T] {
+        try map { try $0.decode(type, at: 0) }
+    }
+}
+
+/// One row of a result.
+///
+/// Decode by position, by name, into a tuple, or into a `Decodable` struct whose camelCase
+/// properties match snake_case columns.
+///
+/// ```swift
+/// let id = try row.decode(UUID.self, at: 0)
+/// let name: String = try row["display_name"]
+/// let (count, last) = try row.decode((Int, Date?).self)
+/// let user = try row.decode(as: User.self)
+/// ```
+public struct PostgresRow: Sendable {
+    let storage: ResultStorage
+    /// The row's position in its result.
+    public let index: Int
+
+    /// The result's columns.
+    public var columns: [PostgresColumn] { storage.columns }
+
+    /// The raw cell at `column` (valid while this row exists).
+    public func cell(at column: Int) -> PostgresCell { storage.cell(row: index, column: column) }
+
+    /// Whether the value at `column` is NULL.
+    public func isNull(at column: Int) -> Bool {
+        guard column >= 0, column < storage.columns.count, let result = storage.result else { return true }
+        return PQgetisnull(result, Int32(index), Int32(column)) != 0
+    }
+
+    /// The zero-based index of the column named `name`.
+    public func columnIndex(_ name: String) -> Int? { storage.columnIndex[name] }
+
+    /// The value at position `column`.
+    public func decode<T: PostgresDecodable>(_ type: T.Type, at column: Int) throws -> T {
+        guard column >= 0, column < storage.columns.count else {
+            throw PostgresDecodingError(
+                column: "#\(column)", columnIndex: column, postgresType: .unspecified, swiftType: "\(T.self)",
+                reason: "the result has \(storage.columns.count) column(s)")
+        }
+        return try T(from: storage.cell(row: index, column: column))
+    }
+
+    /// The value of the column named `name`.
+    public func decode<T: PostgresDecodable>(_ type: T.Type, column name: String) throws -> T {
+        guard let column = storage.columnIndex[name] else {
+            throw PostgresDecodingError(
+                column: name, columnIndex: -1, postgresType: .unspecified, swiftType: "\(T.self)",
+                reason: "there is no such column; the result has: \(storage.columns.map(\.name).joined(separator: ", "))")
+        }
+        return try T(from: storage.cell(row: index, column: column))
+    }
+
+    /// `let name: String = try row["name"]`
+    public subscript<T: PostgresDecodable>(_ name: String) -> T {
+        get throws { try decode(T.self, column: name) }
+    }
+
+    /// `let id: UUID = try row[0]`
+    public subscript<T: PostgresDecodable>(_ column: Int) -> T {
+        get throws { try decode(T.self, at: column) }
+    }
+
+    /// The first columns, in order, as a tuple: `try row.decode((UUID, String, Int?).self)`.
+    public func decode<each T: PostgresDecodable>(_ types: (repeat each T).Type) throws -> (repeat each T) {
+        let counter = ColumnCounter()
+        return (repeat try decode((each T).self, at: counter.next()))
+    }
+
+    /// A `Decodable` struct, matching camelCase properties to snake_case columns
+    /// (`birthDate` ← `birth_date`). A missing column or a NULL for a non-optional property
+    /// throws, naming the column.
+    public func decode<T: Decodable>(as type: T.Type) throws -> T {
+        try T(from: RowDecoder(row: self))
+    }
+}
+
+private final class ColumnCounter {
+    var value = 0
+    func next() -> Int {
+        defer { value += 1 }
+        return value
+    }
+}

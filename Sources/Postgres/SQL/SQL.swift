@@ -1,0 +1,204 @@
+import Foundation
+
+/// A SQL statement or fragment whose interpolated values are sent as parameters.
+///
+/// Every `\(value)` becomes `$1`, `$2`, … and its value travels separately, in binary: no value
+/// is ever spliced into the SQL text, so quotes, backslashes or `'); DROP TABLE …` in a value
+/// are stored verbatim. Table and column names interpolate only through
+/// `\(identifier: name)`, quoted by libpq's `PQescapeIdentifier`. Fragments compose: a `SQL`
+/// interpolated into another keeps its values, and the parameters are renumbered.
+///
+/// ```swift
+/// let email = "o'brien@example.com"
+/// var query: SQL = "SELECT id, display_name FROM users WHERE lower(email) = lower(\(email))"
+/// let active: SQL = "AND deleted_at IS NULL"
+/// let events: SQL = "SELECT * FROM \(identifier: "events") WHERE child_id = \(childID) \(active)"
+/// ```
+///
+/// Plain SQL text that must not be parameterized (a migration file) goes through the
+/// deliberately named `SQL(unsafeRawSQL:)` or `PostgresConnection.executeUnsafeRawSQL(_:)`.
+public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
+    enum Segment: Sendable {
+        case text(String)
+        case value(any PostgresEncodable)
+        case null(PostgresType)
+        case identifier([String])
+    }
+
+    var segments: [Segment]
+
+    /// A literal written in source. String literals are `StaticString`, so a runtime `String`
+    /// cannot become SQL text by accident.
+    public init(stringLiteral value: StaticString) {
+        segments = [.text(value.description)]
+    }
+
+    public init(stringInterpolation: StringInterpolation) {
+        segments = stringInterpolation.segments
+    }
+
+    /// SQL text taken as-is, with no parameters. Only for trusted text such as migration files:
+    /// never build it from user input.
+    public init(unsafeRawSQL text: String) {
+        segments = [.text(text)]
+    }
+
+    /// Joins fragments: `SQL.joined([a, b], separator: ", ")`.
+    public static func joined(_ parts: [SQL], separator: SQL = ", ") -> SQL {
+        var result = SQL(segments: [])
+        for (index, part) in parts.enumerated() {
+            if index > 0 { result.segments += separator.segments }
+            result.segments += part.segments
+        }
+        return result
+    }
+
+    init(segments: [Segment]) { self.segments = segments }
+
+    /// Appends another fragment (with a space between them).
+    public mutating func append(_ other: SQL) {
+        if !segments.isEmpty { segments.append(.text(" ")) }
+        segments += other.segments
+    }
+
+    /// The statement text with `$n` placeholders, for logs. Values are never shown.
+    public var description: String {
+        var text = ""
+        var number = 0
+        for segment in segments {
+            switch segment {
+            case .text(let sql): text += sql
+            case .value, .null:
+                number += 1
+                text += "$\(number)"
+            case .identifier(let parts): text += parts.map { "\"" + $0.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }.joined(separator: ".")
+            }
+        }
+        return text
+    }
+
+    /// The number of parameters.
+    public var parameterCount: Int {
+        segments.reduce(0) { count, segment in
+            switch segment {
+            case .value, .null: count + 1
+            default: count
+            }
+        }
+    }
+
+    /// Builds `SQL` from a string literal with interpolations.
+    public struct StringInterpolation: StringInterpolationProtocol, Sendable {
+        var segments: [Segment] = []
+
+        public init(literalCapacity: Int, interpolationCount: Int) {
+            segments.reserveCapacity(interpolationCount * 2 + 1)
+        }
+
+        public mutating func appendLiteral(_ literal: StaticString) {
+            let text = literal.description
+            if !text.isEmpty { segments.append(.text(text)) }
+        }
+
+        /// A value, sent as a parameter.
+        public mutating func appendInterpolation<T: PostgresEncodable>(_ value: T) {
+            segments.append(.value(value))
+        }
+
+        /// An optional value: `nil` is sent as a typed NULL parameter.
+        public mutating func appendInterpolation<T: PostgresEncodable>(_ value: T?) {
+            if let value { segments.append(.value(value)) } else { segments.append(.null(T.postgresType)) }
+        }
+
+        /// Any `Encodable` value as a `jsonb` parameter.
+        public mutating func appendInterpolation<T: Encodable & Sendable>(json value: T) {
+            segments.append(.value(AnyJSON(value)))
+        }
+
+        /// A fragment; its parameters are renumbered into this statement.
+        public mutating func appendInterpolation(_ fragment: SQL) {
+            segments += fragment.segments
+        }
+
+        /// A table, column or schema name, quoted by `PQescapeIdentifier`. Several parts make a
+        /// qualified name: `\(identifier: "bbmigrate", "schema_migrations")`.
+        public mutating func appendInterpolation(identifier parts: String...) {
+            segments.append(.identifier(parts))
+        }
+    }
+}
+
+/// An `Encodable` sent as jsonb.
+struct AnyJSON: PostgresEncodable {
+    let encodeBody: @Sendable (inout [UInt8]) throws(PostgresError) -> Void
+    init<T: Encodable & Sendable>(_ value: T) {
+        encodeBody = { (buffer: inout [UInt8]) throws(PostgresError) in
+            do {
+                let data = try JSONCoding.encoder.encode(value)
+                buffer.append(1)
+                buffer.append(contentsOf: data)
+            } catch {
+                throw PostgresError(kind: .invalidParameter, message: "cannot encode \(T.self) as JSON: \(error)")
+            }
+        }
+    }
+    static var postgresType: PostgresType { .jsonb }
+    func encode(into buffer: inout [UInt8]) throws(PostgresError) { try encodeBody(&buffer) }
+}
+
+/// A statement ready for libpq: text with `$n`, parameter types and binary values.
+struct RenderedSQL {
+    var text: String
+    var types: [UInt32]
+    /// All parameter bytes back to back, plus one trailing byte so the base pointer is never nil.
+    var buffer: [UInt8]
+    var offsets: [Int]
+    /// -1 for NULL.
+    var lengths: [Int32]
+
+    var cacheKey: String {
+        types.isEmpty ? text : text + "\u{0}" + types.map(String.init).joined(separator: ",")
+    }
+}
+
+extension SQL {
+    /// Numbers the parameters, encodes the values and quotes identifiers.
+    func render(quoteIdentifier: (String) throws -> String) throws -> RenderedSQL {
+        var rendered = RenderedSQL(text: "", types: [], buffer: [], offsets: [], lengths: [])
+        rendered.buffer.reserveCapacity(64)
+        for segment in segments {
+            switch segment {
+            case .text(let sql):
+                rendered.text += sql
+            case .identifier(let parts):
+                rendered.text += try parts.map(quoteIdentifier).joined(separator: ".")
+            case .null(let type):
+                rendered.types.append(type.rawValue)
+                rendered.offsets.append(rendered.buffer.count)
+                rendered.lengths.append(-1)
+                rendered.text += "$\(rendered.types.count)"
+            case .value(let value):
+                let start = rendered.buffer.count
+                do {
+                    try value.encode(into: &rendered.buffer)
+                } catch {
+                    var described = error
+                    described.message = "parameter $\(rendered.types.count + 1) (\(type(of: value))): " + error.message
+                    throw described
+                }
+                guard let length = Int32(exactly: rendered.buffer.count - start) else {
+                    throw PostgresError(kind: .invalidParameter, message: "parameter $\(rendered.types.count + 1) is larger than 2 GiB")
+                }
+                rendered.types.append(type(of: value).postgresType.rawValue)
+                rendered.offsets.append(start)
+                rendered.lengths.append(length)
+                rendered.text += "$\(rendered.types.count)"
+            }
+        }
+        guard rendered.types.count <= 65535 else {
+            throw PostgresError(kind: .invalidParameter, message: "a statement can have at most 65535 parameters; this one has \(rendered.types.count)")
+        }
+        rendered.buffer.append(0)
+        return rendered
+    }
+}

@@ -1,0 +1,102 @@
+import Foundation
+import Postgres
+import Testing
+
+@Suite struct PoolTests {
+    @Test func twoHundredTasksShareFourConnections() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 4))
+        let pids = try await withThrowingTaskGroup(of: Int32.self) { group in
+            for index in 0..<200 {
+                group.addTask {
+                    try await pool.withConnection { connection in
+                        #expect(try await connection.value(Int.self, "SELECT \(index) + 1") == index + 1)
+                        return try await connection.value(Int32.self, "SELECT pg_backend_pid()")
+                    }
+                }
+            }
+            var pids = Set<Int32>()
+            for try await pid in group { pids.insert(pid) }
+            return pids
+        }
+        #expect(pids.count <= 4)
+        #expect(await pool.statistics.open <= 4)
+        await pool.close()
+    }
+
+    @Test func aKilledConnectionFailsClearlyAndIsReplaced() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let admin = try await database.connect()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1))
+        let firstPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
+        try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
+        let error = await expectKinds([.adminShutdown, .connectionFailure]) {
+            try await pool.withConnection { _ = try await $0.execute("SELECT 1") }
+        }
+        #expect(error?.isRetryable == true)
+        #expect(error?.message.isEmpty == false)
+        let secondPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
+        #expect(secondPID != firstPID)
+        await admin.close()
+        await pool.close()
+    }
+
+    @Test func idleConnectionsAreHealthCheckedBeforeReuse() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let admin = try await database.connect()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, healthCheckAfterIdle: .zero))
+        let firstPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
+        try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
+        try await Task.sleep(for: .milliseconds(100))
+        // The ping finds the dead session; the caller never sees it.
+        let secondPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
+        #expect(secondPID != firstPID)
+        await admin.close()
+        await pool.close()
+    }
+
+    @Test func acquireTimesOutWhenEveryConnectionIsBusy() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .milliseconds(200)))
+        let holder = Task { try await pool.withConnection { try await $0.execute("SELECT pg_sleep(1)") } }
+        try await Task.sleep(for: .milliseconds(100))
+        let error = await expectPostgresError(.poolTimeout) { try await pool.execute("SELECT 1") }
+        #expect(error?.message.contains("maximumConnections") == true)
+        _ = try await holder.value
+        #expect(try await pool.execute("SELECT 1") == 1)
+        await pool.close()
+    }
+
+    @Test func closeDrainsBorrowedConnectionsThenRefuses() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(minimumConnections: 1, maximumConnections: 2))
+        let borrowed = Task { try await pool.withConnection { try await $0.value(Int.self, "SELECT 7 FROM pg_sleep(0.3)") } }
+        try await Task.sleep(for: .milliseconds(100))
+        await pool.close()
+        // close() returned only after the borrowed connection came back.
+        #expect(try await borrowed.value == 7)
+        #expect(await pool.statistics.open == 0)
+        await expectPostgresError(.poolClosed) { try await pool.execute("SELECT 1") }
+    }
+
+    @Test func transactionThroughThePool() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let pool = PostgresPool(configuration: database.configuration)
+        try await pool.execute("CREATE TABLE t (v int)")
+        await #expect(throws: Boom.self) {
+            try await pool.transaction { connection in
+                try await connection.execute("INSERT INTO t VALUES (1)")
+                throw Boom()
+            }
+        }
+        try await pool.transaction { try await $0.execute("INSERT INTO t VALUES (2)") }
+        #expect(try await pool.query("SELECT v FROM t").decodeColumn(Int.self) == [2])
+        await pool.close()
+    }
+}
+
+import EmbeddedPostgres
+
+enum TestPostgresDatabase {
+    static func make() async throws -> TestDatabase { try await TestPostgres.shared.makeDatabase() }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import Postgres
+import Testing
+
+@Suite struct RowDecodingTests {
+    struct Child: Decodable, Sendable, Equatable {
+        enum Unit: String, Codable { case oz, ml }
+        struct Settings: Codable, Equatable { var unit: Unit }
+        var id: UUID
+        var name: String
+        var birthDate: PostgresDate
+        var dayStartTime: PostgresTime
+        var primaryCaregiverID: UUID
+        var settings: Settings
+        var unit: Unit
+        var nickname: String?
+        var createdAt: Date
+    }
+
+    static let childQuery: SQL = """
+        SELECT 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS id, 'Zoë' AS name, '2026-03-08'::date AS birth_date,
+               '06:00'::time AS day_start_time, 'b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS primary_caregiver_id,
+               '{"unit": "ml"}'::jsonb AS settings, 'oz' AS unit, NULL::text AS nickname,
+               '2026-03-08 10:00:00+00'::timestamptz AS created_at
+        """
+
+    @Test func structsFromSnakeCaseColumns() async throws {
+        do { let (connection, _) = try await freshConnection()
+            let child = try #require(try await connection.fetchOne(Child.self, Self.childQuery))
+            #expect(child.name == "Zoë")
+            #expect(child.birthDate == PostgresDate(year: 2026, month: 3, day: 8))
+            #expect(child.dayStartTime == PostgresTime(hour: 6, minute: 0))
+            #expect(child.primaryCaregiverID == UUID(uuidString: "b0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"))
+            #expect(child.settings == .init(unit: .ml))
+            #expect(child.unit == .oz)
+            #expect(child.nickname == nil)
+            #expect(child.createdAt == Date(timeIntervalSince1970: 1_772_964_000))
+        }
+    }
+
+    @Test func byNameByIndexAndIntoTuples() async throws {
+        do { let (connection, _) = try await freshConnection()
+            let rows = try await connection.query("SELECT 1 AS one, 'two' AS two, NULL::int8 AS three")
+            let row = try #require(rows.first)
+            #expect(try row.decode(Int.self, at: 0) == 1)
+            #expect(try row.decode(String.self, column: "two") == "two")
+            let two: String = try row["two"]
+            let one: Int32 = try row[0]
+            #expect(two == "two" && one == 1)
+            let (a, b, c) = try row.decode((Int, String, Int?).self)
+            #expect(a == 1 && b == "two" && c == nil)
+            #expect(rows.columns.map(\.name) == ["one", "two", "three"])
+            #expect(rows.commandTag == "SELECT 1")
+        }
+    }
+
+    @Test func nullIntoNonOptionalThrowsNamingColumnAndTypes() async throws {
+        do { let (connection, _) = try await freshConnection()
+            let row = try #require(try await connection.query("SELECT NULL::int8 AS missing").first)
+            do {
+                _ = try row.decode(Int.self, column: "missing")
+                Issue.record("NULL decoded into Int")
+            } catch let error as PostgresDecodingError {
+                #expect(error.column == "missing")
+                #expect(error.postgresType == .int8)
+                #expect(error.swiftType == "Int")
+                #expect(error.description.contains("NULL"))
+            }
+            struct Needs: Decodable { var missing: Int }
+            #expect(throws: PostgresDecodingError.self) { try row.decode(as: Needs.self) }
+            #expect(try row.decode(Int?.self, column: "missing") == nil)
+        }
+    }
+
+    @Test func wrongTypeAndMissingColumnSayWhat() async throws {
+        do { let (connection, _) = try await freshConnection()
+            let row = try #require(try await connection.query("SELECT 'Zoë'::text AS name").first)
+            do {
+                _ = try row.decode(UUID.self, column: "name")
+                Issue.record("text decoded as UUID")
+            } catch let error as PostgresDecodingError {
+                #expect(error.description.contains("name") && error.description.contains("text") && error.description.contains("UUID"))
+            }
+            do {
+                _ = try row.decode(String.self, column: "nope")
+                Issue.record("a missing column decoded")
+            } catch let error as PostgresDecodingError {
+                #expect(error.reason.contains("name"))
+            }
+            #expect(throws: PostgresDecodingError.self) { try row.decode(Int.self, at: 5) }
+            struct Missing: Decodable { var name: String; var age: Int }
+            #expect(throws: PostgresDecodingError.self) { try row.decode(as: Missing.self) }
+        }
+    }
+}
