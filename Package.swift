@@ -34,6 +34,7 @@ let package = Package(
         ),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
         .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
+        .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -71,8 +71,9 @@ public actor TestPostgres {
     /// Builds template database `name` once per process with `setup`; later calls wait for it.
     public func ensureTemplate(_ name: String, setup: @escaping @Sendable (PostgresConnection) async throws -> Void) async throws {
         if let existing = templates[name] { return try await existing.value }
-        let cluster = try await cluster()
+        // Recorded before any suspension, so concurrent callers share one build.
         let task = Task {
+            let cluster = try await self.cluster()
             try await cluster.createDatabase(name)
             let connection = try await PostgresConnection.connect(try cluster.connectionString(database: name))
             do {
