@@ -7,10 +7,10 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps build test up down psql clean
+.PHONY: help deps build build-tests test up down psql clean
 
 help:
-	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate"
+	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate and verify"
 	@echo "make test   install what is missing, build (no warnings allowed), run every test"
 	@echo "make down   stop the development database in .bbdata/"
 	@echo "make psql   open psql on the development database"
@@ -31,22 +31,23 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 2; \
 	fi
 
-# Builds everything, tests included, and fails on any compiler warning in our own code.
+# Builds the package (bbmigrate included).
 build: deps
+	$(SWIFT) build
+
+# Builds everything, tests included, and fails on any compiler warning in our own code.
+build-tests: deps
 	@mkdir -p .build
 	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
-test: build
+test: build-tests
 	$(SWIFT) test --skip-build --disable-xctest
 
+# bbmigrate picks the database itself: DATABASE_URL if set, else the embedded cluster in .bbdata/.
 up: build
-	@if [ -n "$$DATABASE_URL" ]; then \
-		echo "Using DATABASE_URL."; \
-	else \
-		$(BBMIGRATE) embedded start >/dev/null || exit $$?; \
-	fi
-	@echo "The database is running. 'bbmigrate up' and 'bbmigrate verify' do not exist yet (they are the next issue), so make up stops here without migrating."
+	@$(BBMIGRATE) up
+	@$(BBMIGRATE) verify
 	@if [ -n "$$DATABASE_URL" ]; then echo "Connect with: psql \"\$$DATABASE_URL\""; \
 	else echo "Connect with: psql \"$$($(BBMIGRATE) embedded url)\""; fi
 

@@ -7,10 +7,13 @@ let package = Package(
     products: [
         .library(name: "Postgres", targets: ["Postgres"]),
         .library(name: "EmbeddedPostgres", targets: ["EmbeddedPostgres"]),
+        .library(name: "Migrator", targets: ["Migrator"]),
+        .library(name: "BabyBasicsStore", targets: ["BabyBasicsStore"]),
         .executable(name: "bbmigrate", targets: ["bbmigrate"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
     ],
     targets: [
         // libpq, found through pkg-config.
@@ -23,18 +26,25 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CLibPQ"]),
         // initdb/pg_ctl driven throw-away or development clusters, and test databases.
         .target(name: "EmbeddedPostgres", dependencies: ["Postgres"]),
+        // The migration engine: files, checksums, history, lock, drift check.
+        .target(name: "Migrator", dependencies: ["Postgres", .product(name: "Crypto", package: "swift-crypto")]),
+        // Typed repositories for backend services.
+        .target(name: "BabyBasicsStore", dependencies: ["Postgres"]),
         // The thin command-line front end.
         .executableTarget(
             name: "bbmigrate",
             dependencies: [
                 "Postgres",
                 "EmbeddedPostgres",
+                "Migrator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
         .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
-        .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
+        .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres", "Migrator"]),
+        .testTarget(name: "MigratorTests", dependencies: ["Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
+        .testTarget(name: "BabyBasicsStoreTests", dependencies: ["BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -29,7 +29,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
         func run() async throws {
             let cluster = location.cluster
             do {
-                let status = try cluster.start()
+                let status = try await runOnDedicatedThread { try cluster.start() }
                 if !(try await cluster.databaseExists(database)) {
                     try await cluster.createDatabase(database)
                 }
@@ -37,7 +37,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
                 print(try cluster.connectionString(database: database))
             } catch {
                 printError("error: \(error)")
-                throw ExitCode(ExitCode32.cannotConnect.rawValue)
+                throw ExitCode(ExitStatus.cannotConnect.rawValue)
             }
         }
     }
@@ -51,7 +51,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
             let status = try cluster.status()
             print("\(cluster.directory.path): \(status)")
             if case .running = status { return }
-            throw ExitCode(ExitCode32.cannotConnect.rawValue)
+            throw ExitCode(ExitStatus.cannotConnect.rawValue)
         }
     }
 
@@ -65,7 +65,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
                 print(try location.cluster.connectionString(database: database))
             } catch {
                 printError("error: \(error)")
-                throw ExitCode(ExitCode32.cannotConnect.rawValue)
+                throw ExitCode(ExitStatus.cannotConnect.rawValue)
             }
         }
     }
@@ -76,13 +76,8 @@ struct EmbeddedCommand: AsyncParsableCommand {
 
         func run() async throws {
             let cluster = location.cluster
-            try cluster.stop()
+            try await runOnDedicatedThread { try cluster.stop() }
             printError("embedded PostgreSQL in \(cluster.directory.path): stopped")
         }
     }
-}
-
-/// Logs go to stderr; results go to stdout.
-func printError(_ message: String) {
-    FileHandle.standardError.write(Data((message + "\n").utf8))
 }

@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Connecting from URLs, conninfo strings and libpq's environment; failing fast and safely.
-@Suite(.serialized) struct ConfigurationTests {
+@Suite struct ConfigurationTests {
     static let secret = "hunter2-Sup3rSecret"
 
     @Test func urlAndConninfoForms() async throws {
@@ -34,37 +34,23 @@ import Glibc
         #expect(error?.message.contains("SSL") == true)
     }
 
-    @Test func environmentServiceFileAndPgpass() async throws {
+    /// `.pgpass` through libpq's `passfile` keyword. (PG* variables and service files are
+    /// process-wide, so they are tested in a child process: see MigratorTests.)
+    @Test func passwordFromAPgpassFile() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
         let port = try database.cluster.port()
         let password = try String(contentsOf: database.cluster.directory.appendingPathComponent("superuser.password"), encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("bb-config-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let serviceFile = folder.appendingPathComponent("pg_service.conf")
-        try "[bbtest]\nhost=127.0.0.1\nport=\(port)\nuser=postgres\ndbname=\(database.name)\n".write(to: serviceFile, atomically: true, encoding: .utf8)
-        let passFile = folder.appendingPathComponent("pgpass")
+        let passFile = FileManager.default.temporaryDirectory.appendingPathComponent("bb-pgpass-\(UUID().uuidString)")
         try "127.0.0.1:\(port):*:postgres:\(password)\n".write(to: passFile, atomically: true, encoding: .utf8)
         chmod(passFile.path, 0o600)
-
-        setenv("PGSERVICEFILE", serviceFile.path, 1)
-        setenv("PGPASSFILE", passFile.path, 1)
-        defer {
-            unsetenv("PGSERVICEFILE")
-            unsetenv("PGPASSFILE")
+        defer { try? FileManager.default.removeItem(at: passFile) }
+        let connection = try await PostgresConnection.connect("host=127.0.0.1 port=\(port) user=postgres dbname=\(database.name) passfile=\(passFile.path)")
+        #expect(try await connection.value(String.self, "SELECT current_database()") == database.name)
+        await connection.close()
+        await expectPostgresError(.connectionFailure) {
+            _ = try await PostgresConnection.connect("host=127.0.0.1 port=\(port) user=postgres dbname=\(database.name) passfile=/nonexistent", connectTimeout: 2)
         }
-        // Service file + .pgpass: no password anywhere in the string.
-        let viaService = try await PostgresConnection.connect("service=bbtest")
-        #expect(try await viaService.value(String.self, "SELECT current_database()") == database.name)
-        await viaService.close()
-
-        // Pure PG* variables.
-        setenv("PGSERVICE", "bbtest", 1)
-        defer { unsetenv("PGSERVICE") }
-        let viaEnvironment = try await PostgresConnection.connect(.environment())
-        #expect(try await viaEnvironment.value(String.self, "SELECT current_database()") == database.name)
-        await viaEnvironment.close()
     }
 
     @Test func wrongPortFailsFastWithoutThePassword() async throws {

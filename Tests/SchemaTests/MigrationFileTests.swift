@@ -19,19 +19,10 @@ import Testing
         let psql = ["/usr/bin/psql", "/usr/local/bin/psql", "/opt/homebrew/bin/psql"].first { FileManager.default.isExecutableFile(atPath: $0) }
         let binary = try #require(psql, "psql is not installed")
         for file in try migrationFiles() {
-            let (status, output) = try await runOnDedicatedThread {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: binary)
-                process.arguments = ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database.connectionString, "-f", file.path]
-                let pipe = Pipe()
-                process.standardOutput = pipe
-                process.standardError = pipe
-                try process.run()
-                let data = pipe.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
-                return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-            }
-            #expect(status == 0, "psql failed on \(file.lastPathComponent): \(output)")
+            let environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("PG") }
+            let result = try await ChildProcess.spawn(
+                [binary, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database.connectionString, "-f", file.path], environment: environment).result()
+            #expect(result.status == 0, "psql failed on \(file.lastPathComponent): \(result.stderr)")
         }
         let connection = try await database.connect()
         let tables = try await connection.query("""

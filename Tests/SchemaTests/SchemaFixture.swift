@@ -1,5 +1,6 @@
 import EmbeddedPostgres
 import Foundation
+import Migrator
 import Postgres
 import Testing
 
@@ -15,14 +16,16 @@ func migrationFiles() throws -> [URL] {
         .sorted { $0.lastPathComponent < $1.lastPathComponent }
 }
 
-/// A fresh database with every migration applied (each file in its own transaction), cloned
-/// from a template built once per test run.
+/// A fresh database with every migration applied by the migration engine, cloned from a
+/// template built once per test run.
 func migratedDatabase() async throws -> (PostgresConnection, TestDatabase) {
     let database = try await TestPostgres.shared.makeDatabase(template: "schema_tests_template") { connection in
-        for file in try migrationFiles() {
-            let sql = try String(contentsOf: file, encoding: .utf8)
-            try await connection.transaction { try await $0.executeUnsafeRawSQL(sql) }
-        }
+        let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
+        let cluster = try await TestPostgres.shared.cluster()
+        let migrator = Migrator(
+            configuration: PostgresConfiguration(try cluster.connectionString(database: name)),
+            options: .init(directory: migrationsDirectory))
+        try await migrator.up()
     }
     return (try await database.connect(), database)
 }

@@ -21,6 +21,9 @@ public struct PostgresConfiguration: Sendable {
     public var connectTimeout: Int?
     /// Reported in `pg_stat_activity.application_name`. `nil` keeps the string's value.
     public var applicationName: String?
+    /// Connects to this database instead of the one the string names (same server, user and
+    /// options).
+    public var database: String?
     /// How many prepared statements each connection keeps (0 disables the cache, for
     /// PgBouncer in transaction mode).
     public var statementCacheCapacity: Int = 256

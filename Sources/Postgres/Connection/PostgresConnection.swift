@@ -92,6 +92,11 @@ public actor PostgresConnection {
             keywords.append("application_name")
             values.append(name)
         }
+        if let database = configuration.database {
+            // Only the first dbname is expanded as a URL/conninfo; this one is a plain name.
+            keywords.append("dbname")
+            values.append(database)
+        }
         keywords.append("fallback_application_name")
         values.append("babybasics")
         keywords.append("client_encoding")

@@ -1,0 +1,47 @@
+import Postgres
+
+/// The database schema version this build of the repository module was written for, and the
+/// start-up check that refuses to run against an older database.
+///
+/// ```swift
+/// let pool = PostgresPool(configuration: PostgresConfiguration(databaseURL))
+/// try await pool.withConnection { try await SchemaVersion.check($0) }   // at service start-up
+/// ```
+public enum SchemaVersion {
+    /// The newest migration (`Migrations/NNNN_…sql`) this module's SQL relies on.
+    public static let required = 9
+
+    /// The newest version recorded by `bbmigrate` in `bbmigrate.schema_migrations`, or `nil`
+    /// when the database was never migrated.
+    public static func current(_ connection: PostgresConnection) async throws -> Int? {
+        guard try await connection.fetchValue(Bool.self, "SELECT to_regclass('bbmigrate.schema_migrations') IS NOT NULL") == true else {
+            return nil
+        }
+        return try await connection.fetchValue(Int.self, "SELECT max(version) FROM bbmigrate.schema_migrations")
+    }
+
+    /// Throws `SchemaVersionError` unless the database is at `required` or newer.
+    public static func check(_ connection: PostgresConnection) async throws {
+        let current = try await current(connection)
+        guard let current, current >= required else {
+            throw SchemaVersionError(current: current, required: required)
+        }
+    }
+}
+
+/// The database is older than this build of the service needs.
+///
+/// ```swift
+/// do { try await SchemaVersion.check(connection) } catch let error as SchemaVersionError { print(error) }
+/// ```
+public struct SchemaVersionError: Error, Sendable, CustomStringConvertible {
+    /// The database's version (`nil`: never migrated).
+    public let current: Int?
+    public let required: Int
+
+    public var description: String {
+        let state = current.map { "is at schema version \($0)" } ?? "has no migration history (it was never migrated)"
+        return "The database \(state), but this build of the service needs version \(required). Nothing was changed. "
+            + "Run `bbmigrate up` against this database (with the same DATABASE_URL), then start the service again."
+    }
+}

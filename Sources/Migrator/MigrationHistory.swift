@@ -1,0 +1,87 @@
+import Foundation
+import Postgres
+
+/// The history table, `bbmigrate.schema_migrations`, and its companions.
+///
+/// - `schema_migrations`: one row per applied (or baselined) version.
+/// - `repairs`: every checksum accepted on purpose with `bbmigrate repair`, and why.
+/// - `statement_progress`: statements of a no-transaction file already run, so a rerun resumes.
+///
+/// ```swift
+/// let rows = try await MigrationHistory.read(connection)
+/// ```
+public enum MigrationHistory {
+    /// One applied version.
+    public struct Row: Sendable, Codable, Equatable {
+        public var version: Int
+        public var name: String
+        public var checksum: String
+        public var checksumAlgorithm: String
+        public var appliedAt: Date
+        public var appliedBy: String
+        public var durationMs: Int
+        public var executionOrder: Int
+        public var baselined: Bool
+    }
+
+    static let createSQL = """
+        CREATE SCHEMA IF NOT EXISTS bbmigrate;
+        COMMENT ON SCHEMA bbmigrate IS 'bbmigrate''s bookkeeping: which migration files were applied, when, by whom, and repairs.';
+        CREATE TABLE IF NOT EXISTS bbmigrate.schema_migrations (
+            version            integer     PRIMARY KEY,
+            name               text        NOT NULL,
+            checksum           text        NOT NULL,
+            checksum_algorithm text        NOT NULL,
+            applied_at         timestamptz NOT NULL DEFAULT now(),
+            applied_by         text        NOT NULL DEFAULT session_user,
+            duration_ms        bigint      NOT NULL,
+            execution_order    bigint      GENERATED ALWAYS AS IDENTITY UNIQUE,
+            baselined          boolean     NOT NULL DEFAULT false
+        );
+        COMMENT ON TABLE bbmigrate.schema_migrations IS 'One row per migration file applied (or recorded by bbmigrate baseline), written in the same transaction as the file.';
+        CREATE TABLE IF NOT EXISTS bbmigrate.repairs (
+            id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            version      integer     NOT NULL,
+            old_checksum text        NOT NULL,
+            new_checksum text        NOT NULL,
+            reason       text        NOT NULL CHECK (btrim(reason) <> ''),
+            repaired_at  timestamptz NOT NULL DEFAULT now(),
+            repaired_by  text        NOT NULL DEFAULT session_user
+        );
+        COMMENT ON TABLE bbmigrate.repairs IS 'Audit of bbmigrate repair: a changed migration file accepted on purpose, with the reason.';
+        CREATE TABLE IF NOT EXISTS bbmigrate.statement_progress (
+            version            integer     NOT NULL,
+            statement_index    integer     NOT NULL,
+            file_checksum      text        NOT NULL,
+            applied_at         timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (version, statement_index)
+        );
+        COMMENT ON TABLE bbmigrate.statement_progress IS 'Statements of a -- bbmigrate:no-transaction file already run; a rerun skips them. Cleared when the file is recorded.';
+        """
+
+    /// Creates the tables if missing (call while holding the migration lock).
+    static func create(_ connection: PostgresConnection) async throws {
+        try await connection.transaction { try await $0.executeUnsafeRawSQL(createSQL) }
+    }
+
+    /// Whether the history table exists.
+    public static func exists(_ connection: PostgresConnection) async throws -> Bool {
+        try await connection.fetchValue(Bool.self, "SELECT to_regclass('bbmigrate.schema_migrations') IS NOT NULL") ?? false
+    }
+
+    /// Every row, by version; empty when the table does not exist yet.
+    public static func read(_ connection: PostgresConnection) async throws -> [Row] {
+        guard try await exists(connection) else { return [] }
+        return try await connection.fetchAll(Row.self, """
+            SELECT version, name, checksum, checksum_algorithm, applied_at, applied_by, duration_ms, execution_order, baselined
+            FROM bbmigrate.schema_migrations ORDER BY version
+            """)
+    }
+
+    static func record(_ connection: isolated PostgresConnection, _ file: MigrationFile, durationMs: Int, baselined: Bool = false) async throws {
+        try await connection.execute("""
+            INSERT INTO bbmigrate.schema_migrations (version, name, checksum, checksum_algorithm, duration_ms, baselined)
+            VALUES (\(file.version), \(file.name), \(file.checksum), \(MigrationFile.checksumAlgorithm), \(durationMs), \(baselined))
+            """)
+    }
+}

@@ -1,0 +1,106 @@
+import ArgumentParser
+import EmbeddedPostgres
+import Foundation
+import Migrator
+import Postgres
+
+/// Options every database command shares: which database, which files, output format.
+struct TargetOptions: ParsableArguments {
+    @Option(help: "Database URL or conninfo. Default: $DATABASE_URL, then PG* variables, then the embedded .bbdata cluster.")
+    var url: String?
+
+    @Option(name: .customLong("dir"), help: "Folder of NNNN_name.sql migration files.")
+    var directory = "Migrations"
+
+    @Option(name: .customLong("data-dir"), help: "Folder of the embedded cluster (default: $BB_DATA_DIR or .bbdata).")
+    var dataDirectory: String?
+
+    @Flag(help: "Print the result as JSON on stdout.")
+    var json = false
+
+    @Option(name: .customLong("lock-timeout"), help: "Seconds to wait for another run's migration lock.")
+    var lockTimeout = 60
+
+    @Option(name: .customLong("ddl-lock-timeout"), help: "Seconds a migration statement may wait for a table lock before giving up (lock_timeout).")
+    var ddlLockTimeout = 10
+
+    /// Resolves the database, first match wins. Says on stderr when the embedded one is used.
+    func target() async throws -> (PostgresConfiguration, String) {
+        let environment = ProcessInfo.processInfo.environment
+        if let url, !url.isEmpty { return (PostgresConfiguration(url), "the --url database") }
+        if let url = environment["DATABASE_URL"], !url.isEmpty { return (PostgresConfiguration(url), "the DATABASE_URL database") }
+        if ["PGHOST", "PGDATABASE", "PGSERVICE"].contains(where: { !(environment[$0] ?? "").isEmpty }) {
+            return (.environment(), "the database named by the PG* variables")
+        }
+        let path = dataDirectory ?? environment["BB_DATA_DIR"] ?? ".bbdata"
+        let cluster = EmbeddedPostgres(directory: URL(fileURLWithPath: path))
+        do {
+            try await runOnDedicatedThread { _ = try cluster.start() }
+            if !(try await cluster.databaseExists("babybasics")) { try await cluster.createDatabase("babybasics") }
+            printError("bbmigrate: no --url, DATABASE_URL or PG* variables: using the embedded PostgreSQL in \(cluster.directory.path) (database babybasics)")
+            var configuration = PostgresConfiguration(try cluster.connectionString(database: "babybasics"))
+            configuration.applicationName = "bbmigrate"
+            return (configuration, "the embedded database in \(cluster.directory.path)")
+        } catch {
+            throw MigratorError.connection("cannot start the embedded PostgreSQL in \(cluster.directory.path): \(error)", fix: "pass --url or set DATABASE_URL to use another server")
+        }
+    }
+
+    func migrator(allowOutOfOrder: Bool = false) async throws -> Migrator {
+        guard lockTimeout >= 0, ddlLockTimeout > 0 else {
+            throw MigratorError.configuration("--lock-timeout must be ≥ 0 and --ddl-lock-timeout > 0 seconds", fix: nil)
+        }
+        let (configuration, description) = try await target()
+        let options = Migrator.Options(
+            directory: URL(fileURLWithPath: directory), lockTimeout: .seconds(lockTimeout), ddlLockTimeout: .seconds(ddlLockTimeout),
+            allowOutOfOrder: allowOutOfOrder, log: { printError("bbmigrate: " + $0) })
+        return Migrator(configuration: configuration, options: options, targetDescription: description)
+    }
+
+    /// Runs `body`; reports any failure on stderr (and as JSON with --json) and exits with its code.
+    func run(_ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch {
+            let failure = Self.classify(error)
+            printError("bbmigrate: error: \(failure.description)")
+            if json { printJSON(FailureOutput(ok: false, exitCode: failure.exitCode, error: failure.message, fix: failure.fix)) }
+            throw ExitCode(failure.exitCode)
+        }
+    }
+
+    static func classify(_ error: any Error) -> MigratorError {
+        switch error {
+        case let error as MigratorError: return error
+        case let error as PostgresError where error.kind == .connectionFailure || error.kind == .adminShutdown:
+            return .connection(error.description, fix: "check that the server is reachable, then run the command again")
+        case let error as PostgresError: return .migrationFailed(error.description, fix: nil)
+        default: return .configuration("\(error)", fix: nil)
+        }
+    }
+}
+
+struct FailureOutput: Encodable {
+    var ok: Bool
+    var exitCode: Int32
+    var error: String
+    var fix: String?
+}
+
+/// Logs and progress go to stderr.
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data((message + "\n").utf8))
+}
+
+/// Results go to stdout.
+func printJSON<T: Encodable>(_ value: T) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    encoder.dateEncodingStrategy = .iso8601
+    encoder.keyEncodingStrategy = .convertToSnakeCase
+    if let data = try? encoder.encode(value) { print(String(decoding: data, as: UTF8.self)) }
+}
+
+func milliseconds(_ duration: Duration) -> Int {
+    Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+}

@@ -1,0 +1,46 @@
+import BabyBasicsStore
+import EmbeddedPostgres
+import Foundation
+import Migrator
+import Postgres
+import Testing
+
+@Suite struct SchemaVersionTests {
+    static let migrations = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Migrations")
+
+    @Test func requiredVersionIsTheNewestMigrationFile() throws {
+        let newest = try MigrationFile.load(from: Self.migrations).map(\.version).max()
+        #expect(newest == SchemaVersion.required, "bump SchemaVersion.required when adding a migration the module relies on")
+    }
+
+    @Test func refusesANeverMigratedDatabase() async throws {
+        let database = try await TestPostgres.shared.makeDatabase()
+        let connection = try await database.connect()
+        do {
+            try await SchemaVersion.check(connection)
+            Issue.record("an empty database passed the schema check")
+        } catch let error as SchemaVersionError {
+            #expect(error.current == nil)
+            #expect(error.description.contains("bbmigrate up"))
+        }
+    }
+
+    @Test func refusesAnOlderSchemaAndAcceptsTheRequiredOne() async throws {
+        let database = try await TestPostgres.shared.makeDatabase()
+        let migrator = Migrator(configuration: database.configuration, options: .init(directory: Self.migrations))
+        try await migrator.up(to: SchemaVersion.required - 1)
+        let connection = try await database.connect()
+        do {
+            try await SchemaVersion.check(connection)
+            Issue.record("an older schema passed the check")
+        } catch let error as SchemaVersionError {
+            #expect(error.current == SchemaVersion.required - 1)
+            #expect(error.description.contains("needs version \(SchemaVersion.required)"))
+        }
+        try await migrator.up()
+        try await SchemaVersion.check(connection)
+        #expect(try await SchemaVersion.current(connection) == SchemaVersion.required)
+    }
+}

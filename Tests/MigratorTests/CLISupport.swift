@@ -1,0 +1,69 @@
+import EmbeddedPostgres
+import Foundation
+import Postgres
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let repositoryMigrations = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .appendingPathComponent("Migrations")
+
+/// The bbmigrate executable built next to the test binary.
+let bbmigratePath: String = {
+    let besideTests = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("bbmigrate").path
+    if FileManager.default.isExecutableFile(atPath: besideTests) { return besideTests }
+    return repositoryMigrations.deletingLastPathComponent().appendingPathComponent(".build/debug/bbmigrate").path
+}()
+
+typealias CLIResult = ChildProcess.Result
+
+/// A running bbmigrate process (posix_spawn; Foundation's Process loses children on Linux).
+struct CLIProcess: Sendable {
+    let child: ChildProcess
+
+    init(_ arguments: [String], environment: [String: String] = [:], directory: URL? = nil) throws {
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("PG") && $0.key != "DATABASE_URL" && $0.key != "BB_DATA_DIR" }
+        env.merge(environment) { $1 }
+        child = try ChildProcess.spawn([bbmigratePath] + arguments, environment: env, directory: directory?.path)
+    }
+
+    var pid: Int32 { child.pid }
+
+    func wait() async throws -> CLIResult { try await child.result() }
+}
+
+/// Runs bbmigrate to completion.
+func bbmigrate(_ arguments: String..., environment: [String: String] = [:], directory: URL? = nil) async throws -> CLIResult {
+    try await CLIProcess(arguments, environment: environment, directory: directory).wait()
+}
+
+/// A temporary folder of migration files.
+struct MigrationFolder {
+    let url: URL
+
+    init(copyingRepository: Bool = false) throws {
+        url = FileManager.default.temporaryDirectory.appendingPathComponent("bbmigrate-test-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        if copyingRepository {
+            for name in try FileManager.default.contentsOfDirectory(atPath: repositoryMigrations.path) where name.hasSuffix(".sql") {
+                try FileManager.default.copyItem(at: repositoryMigrations.appendingPathComponent(name), to: url.appendingPathComponent(name))
+            }
+        }
+    }
+
+    func write(_ name: String, _ sql: String) throws {
+        try Data(sql.utf8).write(to: url.appendingPathComponent(name))
+    }
+
+    func read(_ name: String) throws -> String { try String(contentsOf: url.appendingPathComponent(name), encoding: .utf8) }
+
+    var path: String { url.path }
+}
+
+/// An empty database and its URL.
+func emptyDatabase() async throws -> (TestDatabase, PostgresConnection) {
+    let database = try await TestPostgres.shared.makeDatabase()
+    return (database, try await database.connect())
+}
