@@ -6,6 +6,15 @@ import Testing
 import Glibc
 #endif
 
+/// Polls `condition` (a boolean query) for up to 20 s.
+func waitFor(_ connection: PostgresConnection, _ condition: SQL, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    for _ in 0..<400 {
+        if try await connection.fetchValue(Bool.self, condition) == true { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    Issue.record("timed out waiting for: \(condition)", sourceLocation: sourceLocation)
+}
+
 @Suite struct UpCommandTests {
     @Test func upAppliesEverythingAndASecondRunIsANoOp() async throws {
         let (database, connection) = try await emptyDatabase()
@@ -111,20 +120,17 @@ import Glibc
     @Test func createIndexConcurrentlyRunsOutsideATransactionEvenWhileAnotherRunnerWaits() async throws {
         let (database, connection) = try await emptyDatabase()
         let folder = try MigrationFolder()
-        try folder.write("0001_table.sql", "CREATE TABLE t (x int);\nINSERT INTO t SELECT generate_series(1, 1000);\nSELECT pg_sleep(1.5);\n")
+        // The first runner's migration blocks on advisory lock 4242, held here, so the second
+        // runner is sure to find the migration lock taken.
+        #expect(try await connection.fetchValue(Bool.self, "SELECT pg_try_advisory_lock(4242)") == true)
+        try folder.write("0001_table.sql", "CREATE TABLE t (x int);\nINSERT INTO t SELECT generate_series(1, 1000);\nSELECT pg_advisory_lock(4242);\nSELECT pg_advisory_unlock(4242);\n")
         try folder.write("0002_index.sql", "-- bbmigrate:no-transaction\nCREATE INDEX CONCURRENTLY t_x_idx ON t (x);\n")
         let first = try CLIProcess(["up", "--url", database.connectionString, "--dir", folder.path])
-        // Start the second runner only once the first holds the migration lock.
-        var locked = false
-        for _ in 0..<400 where !locked {
-            locked = try await connection.fetchValue(Int.self, """
-                SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
-                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                """) == 1
-            if !locked { try await Task.sleep(for: .milliseconds(25)) }
-        }
-        #expect(locked)
+        try await waitFor(connection, "SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_lock(4242)%'")
         let second = try CLIProcess(["up", "--url", database.connectionString, "--dir", folder.path])
+        // The second runner is polling once two bbmigrate sessions have tried the migration lock.
+        try await waitFor(connection, "SELECT count(*) >= 2 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_try_advisory_lock%' AND pid <> pg_backend_pid()")
+        #expect(try await connection.fetchValue(Bool.self, "SELECT pg_advisory_unlock(4242)") == true)
         let results = [try await first.wait(), try await second.wait()]
         for result in results { #expect(result.status == 0, "\(result.stderr)") }
         #expect(results.contains { $0.stderr.contains("waiting for the migration lock") })

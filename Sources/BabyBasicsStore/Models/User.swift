@@ -1,0 +1,40 @@
+import Foundation
+import Postgres
+
+/// A person with an account: a parent, a grandparent, a nanny.
+///
+/// ```swift
+/// let user = try await store.users.create(email: "sam@example.com", displayName: "Sam")
+/// print(user.displayName)
+/// ```
+public struct User: Codable, Sendable, Equatable, Identifiable {
+    public var id: UUID
+    public var email: String
+    public var displayName: String
+    /// The Sign in with Apple subject, when linked.
+    public var appleUserID: String?
+    public var createdAt: Date
+    public var updatedAt: Date
+
+    /// The columns that fill a `User`, for `SELECT \(User.columns) FROM users u`.
+    static let columns: SQL = "u.id, u.email, u.display_name, u.apple_user_id AS apple_user_id, u.created_at, u.updated_at"
+
+    enum CodingKeys: String, CodingKey {
+        case id, email, displayName, appleUserID = "appleUserId", createdAt, updatedAt
+    }
+}
+
+/// What sign-in needs: the user id and the stored password hash (never part of `User`).
+///
+/// ```swift
+/// if let credentials = try await store.users.credentials(email: email) { verify(password, credentials.passwordHash) }
+/// ```
+public struct UserCredentials: Sendable, Decodable {
+    public var id: UUID
+    public var passwordHash: String?
+    public var appleUserID: String?
+
+    enum CodingKeys: String, CodingKey {
+        case id, passwordHash, appleUserID = "appleUserId"
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+import Postgres
+
+/// Invite codes: how a second caregiver joins a child (PRD §7.3).
+///
+/// Codes are 8 characters from an alphabet without look-alikes (no 0/O, 1/I/L), drawn from
+/// the system's cryptographically secure generator.
+///
+/// ```swift
+/// let invite = try await store.invites.create(for: childID, as: primaryID)
+/// let childID = try await store.invites.redeem(invite.code, as: grandmaID)
+/// ```
+public struct InviteRepository: Sendable {
+    let pool: PostgresPool
+
+    /// The code alphabet: upper-case letters and digits minus 0, O, 1, I and L.
+    public static let alphabet = Array("ABCDEFGHJKMNPQRSTUVWXYZ23456789")
+    public static let codeLength = 8
+
+    /// A new random code.
+    public static func makeCode() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String((0..<codeLength).map { _ in alphabet[Int(generator.next(upperBound: UInt(alphabet.count)))] })
+    }
+
+    /// Creates an invite valid for `validFor` (default 48 hours). Primary only.
+    public func create(for childID: UUID, validFor: Duration = .seconds(48 * 3600), as actingUser: UUID) async throws -> Invite {
+        let seconds = Double(validFor.components.seconds) + Double(validFor.components.attoseconds) / 1e18
+        guard seconds >= 60, seconds <= 30 * 86_400 else {
+            throw StoreError.invalid(field: "validFor", reason: "must be between 1 minute and 30 days")
+        }
+        return try await mappingErrors {
+            for _ in 0..<5 {
+                let code = Self.makeCode()
+                do {
+                    let rows = try await pool.query("""
+                        WITH me AS (
+                            \(Authorization.membership(of: childID, for: actingUser))
+                        ), created AS (
+                            INSERT INTO invites AS i (code, child_id, created_by, expires_at)
+                            SELECT \(code), \(childID), \(actingUser), now() + \(PostgresInterval(seconds: seconds))
+                            FROM me WHERE me.role = 'primary'
+                            RETURNING \(Invite.columns)
+                        )
+                        SELECT (SELECT role FROM me) AS my_role, created.* FROM (SELECT 1) AS one LEFT JOIN created ON true
+                        """)
+                    guard let row = rows.first else { throw StoreError.notFound }
+                    let role = try row.decode(CaregiverRole?.self, column: "my_role")
+                    guard let role else { throw StoreError.notFound }
+                    guard role == .primary else { throw StoreError.forbidden(required: .primary) }
+                    return try row.decode(as: Invite.self)
+                } catch let error as PostgresError where error.constraint == "invites_pkey" {
+                    continue // a code collision (1 in 850 billion): draw again
+                }
+            }
+            throw StoreError.conflict(reason: "could not draw a free invite code; try again")
+        }
+    }
+
+    /// Joins the invite's child as a caregiver; returns the child's id.
+    ///
+    /// Atomic and single use: of two people redeeming one code at once, exactly one gets in.
+    /// An unknown code is `inviteNotFound`, an expired one `inviteExpired`, one used by someone
+    /// else `inviteUsed`. Redeeming again as an existing member (or the same redeemer retrying)
+    /// succeeds without using the invite up.
+    @discardableResult
+    public func redeem(_ code: String, as actingUser: UUID) async throws -> UUID {
+        let normalized = code.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
+        guard normalized.count == Self.codeLength, normalized.allSatisfy({ Self.alphabet.contains($0) }) else {
+            throw StoreError.inviteNotFound
+        }
+        return try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH invite AS (
+                    SELECT code, child_id, expires_at, redeemed_by, redeemed_at FROM invites WHERE code = \(normalized) FOR UPDATE
+                ), already AS (
+                    SELECT FROM caregivers cg JOIN invite ON cg.child_id = invite.child_id WHERE cg.user_id = \(actingUser)
+                ), joined AS (
+                    INSERT INTO caregivers (child_id, user_id, role)
+                    SELECT invite.child_id, \(actingUser), 'caregiver' FROM invite
+                    WHERE invite.redeemed_at IS NULL AND invite.expires_at > now() AND NOT EXISTS (SELECT FROM already)
+                    ON CONFLICT (child_id, user_id) DO NOTHING
+                    RETURNING child_id
+                ), used AS (
+                    UPDATE invites SET redeemed_by = \(actingUser), redeemed_at = now()
+                    WHERE code = \(normalized) AND EXISTS (SELECT FROM joined)
+                    RETURNING code
+                )
+                SELECT invite.child_id, invite.redeemed_by, invite.redeemed_at IS NOT NULL AS used,
+                       invite.expires_at <= now() AS expired,
+                       EXISTS (SELECT FROM already) AS already_member, EXISTS (SELECT FROM joined) AS joined
+                FROM invite
+                """)
+            guard let row = rows.first else { throw StoreError.inviteNotFound }
+            let (childID, redeemedBy, used, expired, alreadyMember, joined) = try row.decode((UUID, UUID?, Bool, Bool, Bool, Bool).self)
+            if joined || alreadyMember || redeemedBy == actingUser { return childID }
+            if used { throw StoreError.inviteUsed }
+            if expired { throw StoreError.inviteExpired }
+            throw StoreError.conflict(reason: "the invite could not be redeemed; try again")
+        }
+    }
+
+    /// Deletes an unused invite. Primary only.
+    public func revoke(_ code: String, as actingUser: UUID) async throws {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH invite AS (
+                    SELECT code, child_id, redeemed_at FROM invites WHERE code = \(code)
+                ), me AS (
+                    SELECT cg.role FROM caregivers cg JOIN invite ON cg.child_id = invite.child_id WHERE cg.user_id = \(actingUser)
+                ), revoked AS (
+                    DELETE FROM invites i WHERE i.code = \(code) AND i.redeemed_at IS NULL
+                      AND EXISTS (SELECT FROM me WHERE role = 'primary')
+                    RETURNING 1
+                )
+                SELECT (SELECT role FROM me), (SELECT redeemed_at IS NOT NULL FROM invite), (SELECT count(*) FROM revoked)
+                """)
+            guard let row = rows.first else { throw StoreError.notFound }
+            let (role, used, revoked) = try row.decode((CaregiverRole?, Bool?, Int).self)
+            guard let role else { throw StoreError.notFound }
+            guard role == .primary else { throw StoreError.forbidden(required: .primary) }
+            if used == true { throw StoreError.inviteUsed }
+            guard revoked == 1 else { throw StoreError.notFound }
+        }
+    }
+
+    /// Unused, unexpired invites of a child, newest first. Primary only (codes are secrets).
+    public func pending(for childID: UUID, as actingUser: UUID) async throws -> [Invite] {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH me AS (
+                    \(Authorization.membership(of: childID, for: actingUser))
+                )
+                SELECT (SELECT role FROM me) AS my_role, pending.* FROM (SELECT 1) AS one
+                LEFT JOIN LATERAL (
+                    SELECT \(Invite.columns) FROM invites i
+                    WHERE i.child_id = \(childID) AND i.redeemed_at IS NULL AND i.expires_at > now()
+                      AND EXISTS (SELECT FROM me WHERE role = 'primary')
+                    ORDER BY i.created_at DESC
+                ) AS pending ON true
+                """)
+            guard let first = rows.first else { throw StoreError.notFound }
+            guard let role = try first.decode(CaregiverRole?.self, column: "my_role") else { throw StoreError.notFound }
+            guard role == .primary else { throw StoreError.forbidden(required: .primary) }
+            return try rows.filter { !$0.isNull(at: 1) }.map { try $0.decode(as: Invite.self) }
+        }
+    }
+}

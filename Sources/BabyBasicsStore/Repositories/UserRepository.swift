@@ -1,0 +1,100 @@
+import Foundation
+import Postgres
+
+/// Accounts.
+///
+/// ```swift
+/// let sam = try await store.users.create(email: "sam@example.com", displayName: "Sam")
+/// try await store.users.rename(to: "Samantha", as: sam.id)
+/// ```
+public struct UserRepository: Sendable {
+    let pool: PostgresPool
+
+    /// Signs up a user. `emailTaken` when another account has the email, ignoring case.
+    public func create(email: String, displayName: String, passwordHash: String? = nil, appleUserID: String? = nil) async throws -> User {
+        let email = try Validate.email(email)
+        let name = try Validate.displayName(displayName)
+        return try await mappingErrors {
+            let rows = try await pool.query("""
+                INSERT INTO users AS u (email, display_name, password_hash, apple_user_id)
+                VALUES (\(email), \(name), \(passwordHash), \(appleUserID))
+                RETURNING \(User.columns)
+                """)
+            return try one(rows, as: User.self)
+        }
+    }
+
+    /// The acting user, or a user who shares a child with them; `notFound` otherwise.
+    public func get(_ id: UUID, as actingUser: UUID) async throws -> User {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                SELECT \(User.columns) FROM users u
+                WHERE u.id = \(id)
+                  AND (u.id = \(actingUser) OR EXISTS (
+                        SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
+                        WHERE theirs.user_id = u.id AND mine.user_id = \(actingUser)))
+                """)
+            return try one(rows, as: User.self)
+        }
+    }
+
+    /// Like `get(_:as:)`, by email (ignoring case).
+    public func get(email: String, as actingUser: UUID) async throws -> User {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                SELECT \(User.columns) FROM users u
+                WHERE lower(u.email) = lower(\(email))
+                  AND (u.id = \(actingUser) OR EXISTS (
+                        SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
+                        WHERE theirs.user_id = u.id AND mine.user_id = \(actingUser)))
+                """)
+            return try one(rows, as: User.self)
+        }
+    }
+
+    /// For the sign-in flow, before there is an acting user: the id and password hash for an
+    /// email (ignoring case), or `nil`.
+    public func credentials(email: String) async throws -> UserCredentials? {
+        try await pool.query("""
+            SELECT id, password_hash, apple_user_id FROM users WHERE lower(email) = lower(\(email))
+            """).first?.decode(as: UserCredentials.self)
+    }
+
+    /// Renames the acting user.
+    @discardableResult
+    public func rename(to displayName: String, as actingUser: UUID) async throws -> User {
+        let name = try Validate.displayName(displayName)
+        return try await mappingErrors {
+            let rows = try await pool.query("""
+                UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.columns)
+                """)
+            return try one(rows, as: User.self)
+        }
+    }
+
+    /// Deletes the acting user's account (PRD §11). Refused with `soleCaregiver` while they are
+    /// the only caregiver of a child; where other caregivers remain, the longest-standing one
+    /// becomes primary. Events they logged stay with the child, unattributed.
+    public func deleteAccount(as actingUser: UUID) async throws {
+        do {
+            guard try await pool.query("SELECT delete_user_account(\(actingUser))").first?.decode(Bool.self, at: 0) == true else {
+                throw StoreError.notFound
+            }
+        } catch let error as PostgresError where error.constraint == "users_sole_caregiver_of_child" {
+            // The children that block it, for the message (the refusal itself was the database's).
+            let children = try await pool.query("""
+                SELECT child_id FROM caregivers GROUP BY child_id
+                HAVING count(*) = 1 AND bool_or(user_id = \(actingUser))
+                """).decodeColumn(UUID.self)
+            throw StoreError.soleCaregiver(childIDs: children)
+        } catch let error as PostgresError {
+            throw StoreError.map(error)
+        }
+    }
+}
+
+/// The single row of `rows`, or `notFound`.
+func one<T: Decodable>(_ rows: PostgresRows, as type: T.Type) throws -> T {
+    guard let row = rows.first else { throw StoreError.notFound }
+    return try row.decode(as: type)
+}
