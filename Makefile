@@ -22,6 +22,8 @@ deps:
 	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
 	pkg-config --exists libpq 2>/dev/null || missing="$$missing libpq-dev"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$BB_PG_BINDIR" ] || missing="$$missing postgresql"; \
+	command -v psql >/dev/null 2>&1 || missing="$$missing postgresql-client"; \
+	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
 	if [ -n "$$missing" ]; then \
 		if ! command -v apt-get >/dev/null 2>&1; then \
 			echo "Missing:$$missing. Install libpq and the PostgreSQL server (macOS: brew install libpq postgresql@15 pkg-config)." >&2; exit 2; \

@@ -21,6 +21,7 @@ public struct Store: Sendable {
     public var children: ChildRepository { ChildRepository(pool: pool) }
     public var caregivers: CaregiverRepository { CaregiverRepository(pool: pool) }
     public var invites: InviteRepository { InviteRepository(pool: pool) }
+    public var events: EventRepository { EventRepository(pool: pool) }
 
     /// Refuses to run against a database older than `SchemaVersion.required`.
     public func checkSchema() async throws {

@@ -29,16 +29,7 @@ import Testing
             ("users.get", { _ = try await store.users.get(bob.id, as: alice.id) }),
             ("users.get(email:)", { _ = try await store.users.get(email: bob.email, as: alice.id) }),
         ]
-        for (name, call) in calls {
-            do {
-                try await call()
-                Issue.record("\(name) succeeded across families")
-            } catch let error as StoreError {
-                #expect(error == .notFound, "\(name): \(error)")
-            } catch {
-                Issue.record("\(name): \(error)")
-            }
-        }
+        await expectAllNotFound(calls)
         #expect(try await fixture.store.children.list(as: alice.id).allSatisfy { $0.id != bobsChild.id })
         #expect(try await fixture.fingerprint() == before)
     }

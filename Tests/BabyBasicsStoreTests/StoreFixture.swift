@@ -70,3 +70,17 @@ func expectStoreError(
         Issue.record("expected \(expected), got \(type(of: error)): \(error)", sourceLocation: sourceLocation)
     }
 }
+
+/// Runs every call and expects `StoreError.notFound` from each (the cross-family rule).
+func expectAllNotFound(_ calls: [(String, @Sendable () async throws -> Void)], sourceLocation: SourceLocation = #_sourceLocation) async {
+    for (name, call) in calls {
+        do {
+            try await call()
+            Issue.record("\(name) succeeded across families", sourceLocation: sourceLocation)
+        } catch let error as StoreError {
+            #expect(error == .notFound, "\(name): \(error)", sourceLocation: sourceLocation)
+        } catch {
+            Issue.record("\(name): \(error)", sourceLocation: sourceLocation)
+        }
+    }
+}

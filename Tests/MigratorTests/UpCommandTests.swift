@@ -125,11 +125,11 @@ func waitFor(_ connection: PostgresConnection, _ condition: SQL, sourceLocation:
         #expect(try await connection.fetchValue(Bool.self, "SELECT pg_try_advisory_lock(4242)") == true)
         try folder.write("0001_table.sql", "CREATE TABLE t (x int);\nINSERT INTO t SELECT generate_series(1, 1000);\nSELECT pg_advisory_lock(4242);\nSELECT pg_advisory_unlock(4242);\n")
         try folder.write("0002_index.sql", "-- bbmigrate:no-transaction\nCREATE INDEX CONCURRENTLY t_x_idx ON t (x);\n")
-        let first = try CLIProcess(["up", "--url", database.connectionString, "--dir", folder.path])
+        let first = try CLIProcess(["up", "--ddl-lock-timeout", "300", "--url", database.connectionString, "--dir", folder.path])
         try await waitFor(connection, "SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%pg_advisory_lock(4242)%'")
         let second = try CLIProcess(["up", "--url", database.connectionString, "--dir", folder.path])
-        // The second runner is polling once two bbmigrate sessions have tried the migration lock.
-        try await waitFor(connection, "SELECT count(*) >= 2 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'SELECT pg_try_advisory_lock%' AND pid <> pg_backend_pid()")
+        // The second runner is polling once it has looked up who holds the migration lock.
+        try await waitFor(connection, "SELECT count(*) >= 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%FROM pg_locks l LEFT JOIN pg_stat_activity%' AND pid <> pg_backend_pid()")
         #expect(try await connection.fetchValue(Bool.self, "SELECT pg_advisory_unlock(4242)") == true)
         let results = [try await first.wait(), try await second.wait()]
         for result in results { #expect(result.status == 0, "\(result.stderr)") }

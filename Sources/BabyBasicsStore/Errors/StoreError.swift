@@ -38,8 +38,17 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case primaryCaregiverCannotLeave
     /// Input that cannot be stored; `field` names it, `reason` says why.
     case invalid(field: String, reason: String)
-    /// The request conflicts with the current state (`reason` says how).
-    case conflict(reason: String)
+    /// The request does not fit the current state (`reason` says how).
+    case stateConflict(reason: String)
+    /// Someone changed the event since `expectedRevision` (PRD §7.4 direct edit conflict), or a
+    /// retried `log` carries the same id with different content: show both versions.
+    case conflict(current: Event)
+    /// A sleep is already running for the child; `existing` is it (PRD §12).
+    case sleepAlreadyActive(existing: Event)
+    /// A bottle feeding is already in progress for the child; `existing` is it (PRD §12).
+    case feedingAlreadyActive(existing: Event)
+    /// There is no running sleep to end.
+    case noActiveSleep
 
     public var description: String {
         switch self {
@@ -53,7 +62,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .soleCaregiver(let ids): "you are the only caregiver of \(ids.count) child(ren): delete them or hand the primary role to another caregiver first"
         case .primaryCaregiverCannotLeave: "the primary caregiver cannot leave; transfer the primary role first"
         case .invalid(let field, let reason): "\(field): \(reason)"
-        case .conflict(let reason): reason
+        case .stateConflict(reason: let reason): reason
+        case .conflict(let current): "the event changed since you loaded it (now at revision \(current.revision)); review both versions"
+        case .sleepAlreadyActive(let existing): "a sleep is already running since \(existing.start.localDescription); end it first"
+        case .feedingAlreadyActive(let existing): "a bottle feeding is already in progress since \(existing.start.localDescription); finish it first"
+        case .noActiveSleep: "no sleep is running"
         }
     }
 
@@ -69,8 +82,17 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case ("23514", "children_timezone_valid"): return StoreError.invalid(field: "timezone", reason: "is not a time zone the server knows")
         case ("23514", "children_settings_valid"): return StoreError.invalid(field: "settings", reason: "has a value out of range")
         case ("23503", "children_primary_is_caregiver_fkey"): return StoreError.invalid(field: "newPrimaryID", reason: "is not a caregiver of this child")
-        case ("23505", "caregivers_pkey"): return StoreError.conflict(reason: "already a caregiver of this child")
+        case ("23505", "caregivers_pkey"): return StoreError.stateConflict(reason: "already a caregiver of this child")
         case ("23001", "users_sole_caregiver_of_child"): return StoreError.soleCaregiver(childIDs: [])
+        case ("23514", "events_end_after_start"): return StoreError.invalid(field: "end", reason: "must not be before the start")
+        case ("23514", "events_max_duration_24h"): return StoreError.invalid(field: "end", reason: "an event lasts at most 24 hours")
+        case ("23514", "events_start_tz_valid"): return StoreError.invalid(field: "start.timeZone", reason: "is not a time zone the server knows")
+        case ("23514", "events_end_tz_valid"): return StoreError.invalid(field: "end.timeZone", reason: "is not a time zone the server knows")
+        case ("23514", "events_start_offset_valid"), ("23514", "events_end_offset_valid"):
+            return StoreError.invalid(field: "offsetSeconds", reason: "must be within ±18 hours")
+        case ("23514", "events_feeding_data_valid"): return StoreError.invalid(field: "payload", reason: "the feeding's amounts or sides are not valid (remaining must be between 0 and the amount prepared)")
+        case ("23514", "events_diaper_data_valid"), ("23514", "events_note_data_valid"), ("23514", "events_sleep_data_valid"):
+            return StoreError.invalid(field: "payload", reason: "does not fit the event type")
         default: return error
         }
     }

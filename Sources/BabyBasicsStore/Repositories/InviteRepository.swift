@@ -53,7 +53,7 @@ public struct InviteRepository: Sendable {
                     continue // a code collision (1 in 850 billion): draw again
                 }
             }
-            throw StoreError.conflict(reason: "could not draw a free invite code; try again")
+            throw StoreError.stateConflict(reason: "could not draw a free invite code; try again")
         }
     }
 
@@ -96,7 +96,7 @@ public struct InviteRepository: Sendable {
             if joined || alreadyMember || redeemedBy == actingUser { return childID }
             if used { throw StoreError.inviteUsed }
             if expired { throw StoreError.inviteExpired }
-            throw StoreError.conflict(reason: "the invite could not be redeemed; try again")
+            throw StoreError.stateConflict(reason: "the invite could not be redeemed; try again")
         }
     }
 

@@ -1,0 +1,50 @@
+import Foundation
+
+extension Validate {
+    /// Checks an event's times and payload before any SQL.
+    static func event(payload: EventPayload, start: EventTimestamp, end: EventTimestamp?, notes: String?) throws {
+        try timestamp(start, field: "start")
+        if let end {
+            try timestamp(end, field: "end")
+            guard end.utc >= start.utc else { throw StoreError.invalid(field: "end", reason: "must not be before the start") }
+            guard end.utc.timeIntervalSince(start.utc) <= 86_400 else { throw StoreError.invalid(field: "end", reason: "an event lasts at most 24 hours") }
+        }
+        if let notes, notes.count > 5000 { throw StoreError.invalid(field: "notes", reason: "must be at most 5000 characters") }
+        switch payload {
+        case .feeding(.bottle(let amount, let prepared, let remaining, _)):
+            switch (amount, prepared) {
+            case (let amount?, nil):
+                try millilitres(amount, field: "amountMl")
+                guard remaining == nil else { throw StoreError.invalid(field: "remainingMl", reason: "only applies to a prepared bottle") }
+            case (nil, let prepared?):
+                try millilitres(prepared, field: "preparedMl")
+                if let remaining, !(0...prepared).contains(remaining) {
+                    throw StoreError.invalid(field: "remainingMl", reason: "must be between 0 and the amount prepared")
+                }
+            default:
+                throw StoreError.invalid(field: "amountMl", reason: "give either the amount fed or the amount prepared")
+            }
+        case .note(let category):
+            guard !category.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw StoreError.invalid(field: "category", reason: "must not be blank")
+            }
+        case .feeding(.breast), .diaper, .sleep:
+            break
+        }
+    }
+
+    static func timestamp(_ value: EventTimestamp, field: String) throws {
+        guard TimeZone(identifier: value.timeZone) != nil else {
+            throw StoreError.invalid(field: "\(field).timeZone", reason: "\"\(value.timeZone)\" is not an IANA time zone")
+        }
+        guard abs(value.offsetSeconds) <= 18 * 3600 else {
+            throw StoreError.invalid(field: "\(field).offsetSeconds", reason: "must be within ±18 hours")
+        }
+    }
+
+    static func millilitres(_ value: Double, field: String) throws {
+        guard value.isFinite, value > 0, value <= 2000 else {
+            throw StoreError.invalid(field: field, reason: "must be more than 0 and at most 2000 mL")
+        }
+    }
+}

@@ -1,0 +1,286 @@
+import Foundation
+import Postgres
+
+/// A moment as it was recorded (PRD §8): the UTC instant, plus the IANA zone and UTC offset of
+/// the device, so an event is shown in the local time it happened, even after travel or across
+/// the repeated hour of a DST change.
+///
+/// ```swift
+/// let now = EventTimestamp(Date(), in: TimeZone(identifier: "America/New_York")!)
+/// print(now.localDescription)   // 2026-11-21 07:15
+/// ```
+public struct EventTimestamp: Codable, Sendable, Equatable, Hashable {
+    public var utc: Date
+    public var timeZone: String
+    public var offsetSeconds: Int
+
+    public init(utc: Date, timeZone: String, offsetSeconds: Int) {
+        self.utc = utc
+        self.timeZone = timeZone
+        self.offsetSeconds = offsetSeconds
+    }
+
+    /// `date` in `zone`, with the zone's offset at that instant.
+    public init(_ date: Date, in zone: TimeZone) {
+        self.init(utc: date, timeZone: zone.identifier, offsetSeconds: zone.secondsFromGMT(for: date))
+    }
+
+    /// Local wall-clock time, `yyyy-MM-dd HH:mm`, from the stored offset.
+    public var localDescription: String {
+        let local = utc.addingTimeInterval(TimeInterval(offsetSeconds))
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .gmt
+        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: local)
+        return "\(parts.year ?? 0)-\(pad(parts.month ?? 0))-\(pad(parts.day ?? 0)) \(pad(parts.hour ?? 0)):\(pad(parts.minute ?? 0))"
+    }
+
+    private func pad(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+}
+
+public enum EventType: String, Codable, Sendable, CaseIterable, PostgresCodable {
+    case feeding, diaper, sleep, note
+}
+
+public enum BreastSide: String, Codable, Sendable {
+    case left, right
+    public var opposite: BreastSide { self == .left ? .right : .left }
+}
+
+public enum DiaperContents: String, Codable, Sendable {
+    /// Pee.
+    case wet
+    /// Poop.
+    case dirty
+    /// One of each.
+    case both
+}
+
+/// What was fed.
+public enum Feeding: Sendable, Equatable {
+    /// Breastfeeding, starting on `startedSide`, switching sides when `bothSides`.
+    case breast(startedSide: BreastSide, bothSides: Bool)
+    /// A bottle: either just an amount fed (`amountMl`), or the prepared-bottle life cycle
+    /// (`preparedMl`, then `feedingStartedAt`, then `remainingMl` when finished). mL always.
+    case bottle(amountMl: Double?, preparedMl: Double?, remainingMl: Double?, feedingStartedAt: Date?)
+}
+
+/// An event's type-specific content.
+///
+/// ```swift
+/// let payload: EventPayload = .feeding(.breast(startedSide: .left, bothSides: true))
+/// ```
+public enum EventPayload: Sendable, Equatable {
+    case feeding(Feeding)
+    case diaper(DiaperContents)
+    case sleep
+    case note(category: String)
+
+    public var type: EventType {
+        switch self {
+        case .feeding: .feeding
+        case .diaper: .diaper
+        case .sleep: .sleep
+        case .note: .note
+        }
+    }
+}
+
+/// One logged event, as stored.
+///
+/// `revision` starts at 1 and grows with every change; pass it back to `update` so that an
+/// edit never silently overwrites someone else's (PRD §7.4).
+///
+/// ```swift
+/// let event = try await store.events.log(EventDraft(childID: child.id, payload: .diaper(.both), start: now), as: userID)
+/// print(event.revision)   // 1
+/// ```
+public struct Event: Sendable, Equatable, Identifiable {
+    public var id: UUID
+    public var childID: UUID
+    public var payload: EventPayload
+    public var start: EventTimestamp
+    public var end: EventTimestamp?
+    public var notes: String?
+    public var loggedBy: UUID?
+    public var updatedBy: UUID?
+    public var deletedBy: UUID?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var deletedAt: Date?
+    /// Optimistic-concurrency revision.
+    public var revision: Int
+
+    public var type: EventType { payload.type }
+    public var isDeleted: Bool { deletedAt != nil }
+
+    /// `end - start`, when ended.
+    public var duration: TimeInterval? { end.map { $0.utc.timeIntervalSince(start.utc) } }
+
+    /// The columns of `events e` that fill an `Event`.
+    static let columns: SQL = """
+        e.id, e.child_id, e.event_type, e.start_time, e.start_tz, e.start_offset_seconds,
+        e.end_time, e.end_tz, e.end_offset_seconds, e.data, e.notes, e.logged_by, e.updated_by,
+        e.deleted_by, e.created_at, e.updated_at, e.deleted_at, e.revision
+        """
+
+    struct Row: Decodable {
+        var id: UUID
+        var childId: UUID
+        var eventType: EventType
+        var startTime: Date
+        var startTz: String
+        var startOffsetSeconds: Int
+        var endTime: Date?
+        var endTz: String?
+        var endOffsetSeconds: Int?
+        var data: EventData
+        var notes: String?
+        var loggedBy: UUID?
+        var updatedBy: UUID?
+        var deletedBy: UUID?
+        var createdAt: Date
+        var updatedAt: Date
+        var deletedAt: Date?
+        var revision: Int
+
+        func event() throws -> Event {
+            var end: EventTimestamp?
+            if let endTime, let endTz, let endOffsetSeconds {
+                end = EventTimestamp(utc: endTime, timeZone: endTz, offsetSeconds: endOffsetSeconds)
+            }
+            return Event(
+                id: id, childID: childId, payload: try data.payload(for: eventType),
+                start: EventTimestamp(utc: startTime, timeZone: startTz, offsetSeconds: startOffsetSeconds),
+                end: end, notes: notes, loggedBy: loggedBy, updatedBy: updatedBy, deletedBy: deletedBy,
+                createdAt: createdAt, updatedAt: updatedAt, deletedAt: deletedAt, revision: revision)
+        }
+    }
+}
+
+/// The `events.data` jsonb document: snake_case keys, only those that apply (the schema
+/// refuses unknown keys).
+struct EventData: Codable, Sendable, Equatable {
+    var kind: String?
+    var startedSide: BreastSide?
+    var bothSides: Bool?
+    var amountMl: Double?
+    var amountPreparedMl: Double?
+    var amountRemainingMl: Double?
+    var feedingStartedAt: String?
+    var contents: DiaperContents?
+    var category: String?
+
+    enum CodingKeys: String, CodingKey {
+        case kind, startedSide = "started_side", bothSides = "both_sides", amountMl = "amount_ml"
+        case amountPreparedMl = "amount_prepared_ml", amountRemainingMl = "amount_remaining_ml"
+        case feedingStartedAt = "feeding_started_at", contents, category
+    }
+
+    init(_ payload: EventPayload) {
+        switch payload {
+        case .feeding(.breast(let side, let both)):
+            kind = "breast"; startedSide = side; bothSides = both
+        case .feeding(.bottle(let amount, let prepared, let remaining, let started)):
+            kind = "bottle"; amountMl = amount; amountPreparedMl = prepared; amountRemainingMl = remaining
+            feedingStartedAt = started.map(EventData.iso8601)
+        case .diaper(let value): contents = value
+        case .sleep: break
+        case .note(let value): category = value
+        }
+    }
+
+    func payload(for type: EventType) throws -> EventPayload {
+        switch type {
+        case .feeding where kind == "breast":
+            guard let startedSide, let bothSides else { throw StoreError.invalid(field: "data", reason: "a breast feeding without its side") }
+            return .feeding(.breast(startedSide: startedSide, bothSides: bothSides))
+        case .feeding:
+            return .feeding(.bottle(amountMl: amountMl, preparedMl: amountPreparedMl, remainingMl: amountRemainingMl,
+                                    feedingStartedAt: feedingStartedAt.flatMap(EventData.parseISO8601)))
+        case .diaper:
+            guard let contents else { throw StoreError.invalid(field: "data", reason: "a diaper without contents") }
+            return .diaper(contents)
+        case .sleep: return .sleep
+        case .note: return .note(category: category ?? "")
+        }
+    }
+
+    static func iso8601(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+
+    static func parseISO8601(_ text: String) -> Date? {
+        (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)) ?? (try? Date.ISO8601FormatStyle().parse(text))
+    }
+}
+
+/// A new event, as the client sends it. `id` is the client's UUID, so a retry is idempotent.
+///
+/// ```swift
+/// let draft = EventDraft(id: clientID, childID: child.id, payload: .diaper(.wet), start: EventTimestamp(Date(), in: .current))
+/// ```
+public struct EventDraft: Sendable, Equatable {
+    public var id: UUID
+    public var childID: UUID
+    public var payload: EventPayload
+    public var start: EventTimestamp
+    public var end: EventTimestamp?
+    public var notes: String?
+
+    public init(id: UUID = UUID(), childID: UUID, payload: EventPayload, start: EventTimestamp, end: EventTimestamp? = nil, notes: String? = nil) {
+        self.id = id
+        self.childID = childID
+        self.payload = payload
+        self.start = start
+        self.end = end
+        self.notes = notes
+    }
+}
+
+/// Changes to an event; `nil` keeps a field. The payload's type must stay the same.
+///
+/// ```swift
+/// var changes = EventChanges()
+/// changes.start = corrected
+/// try await store.events.update(event.id, with: changes, expectedRevision: event.revision, as: userID)
+/// ```
+public struct EventChanges: Sendable {
+    public var payload: EventPayload?
+    public var start: EventTimestamp?
+    /// `.some(nil)` clears the end (makes a sleep active again).
+    public var end: EventTimestamp??
+    /// `.some(nil)` clears the notes.
+    public var notes: String??
+
+    public init(payload: EventPayload? = nil, start: EventTimestamp? = nil, end: EventTimestamp?? = nil, notes: String?? = nil) {
+        self.payload = payload
+        self.start = start
+        self.end = end
+        self.notes = notes
+    }
+}
+
+/// Millilitres ↔ ounces for display (PRD: stored in mL; oz = mL / 29.5735, to the nearest 0.5).
+///
+/// ```swift
+/// Volume.ounces(fromMilliliters: 120)          // 4.0
+/// Volume.displayOunces(fromMilliliters: 75)    // "2.5 oz"
+/// ```
+public enum Volume {
+    public static let millilitersPerOunce = 29.5735
+
+    /// Rounded to the nearest 0.5 oz.
+    public static func ounces(fromMilliliters ml: Double) -> Double {
+        (ml / millilitersPerOunce * 2).rounded() / 2
+    }
+
+    /// `"4 oz"`, `"2.5 oz"`.
+    public static func displayOunces(fromMilliliters ml: Double) -> String {
+        format(ounces(fromMilliliters: ml)) + " oz"
+    }
+
+    /// `4` → "4", `2.5` → "2.5".
+    static func format(_ value: Double) -> String {
+        value == value.rounded() ? String(Int(value)) : String(value)
+    }
+}

@@ -1,0 +1,317 @@
+import Foundation
+import Postgres
+
+/// A child's day: from `day_start_time` in the child's time zone to the next day's start
+/// (23 or 25 hours across a DST change), with every event overlapping it, newest first.
+///
+/// ```swift
+/// let today = try await store.events.timeline(for: child.id, day: PostgresDate(Date(), in: zone), as: userID)
+/// print(today.from, today.to, today.events.count)
+/// ```
+public struct Timeline: Sendable, Equatable {
+    public var day: PostgresDate?
+    public var from: Date
+    public var to: Date
+    public var events: [Event]
+}
+
+extension EventRepository {
+    /// Events overlapping `[from, to)`: instants (diapers, notes, bottles without an end) by
+    /// their start; ended events by their interval; a running sleep until `now`. Events last at
+    /// most 24 hours, so `start_time >= from - 24 h` bounds the index scan exactly.
+    static func overlapping(child: UUID, from: SQL, to: SQL, now: Date) -> SQL {
+        """
+        SELECT \(Event.columns) FROM events e
+        WHERE e.child_id = \(child) AND e.deleted_at IS NULL
+          AND e.start_time < \(to) AND e.start_time >= \(from) - interval '24 hours'
+          AND (e.start_time >= \(from)
+               OR e.end_time > \(from)
+               OR (e.end_time IS NULL AND e.event_type = 'sleep' AND \(now) > \(from)))
+        ORDER BY e.start_time DESC, e.id
+        """
+    }
+
+    /// The child's day `day` (by its `day_start_time` and time zone), newest first.
+    public func timeline(for childID: UUID, day: PostgresDate, now: Date = Date(), as actingUser: UUID) async throws -> Timeline {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH span AS (
+                    SELECT ((\(day)::date + c.day_start_time) AT TIME ZONE c.timezone) AS day_from,
+                           ((\(day)::date + 1 + c.day_start_time) AT TIME ZONE c.timezone) AS day_to
+                    FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
+                )
+                SELECT span.day_from, span.day_to, ev.* FROM span
+                LEFT JOIN LATERAL (\(Self.overlapping(child: childID, from: "span.day_from", to: "span.day_to", now: now))) AS ev ON true
+                """)
+            return try Self.timeline(rows, day: day)
+        }
+    }
+
+    /// Events overlapping `[from, to)`, such as the PRD's 6-hours-back / 3-hours-ahead window.
+    public func range(for childID: UUID, from: Date, to: Date, now: Date = Date(), as actingUser: UUID) async throws -> Timeline {
+        guard from < to else { throw StoreError.invalid(field: "to", reason: "must be after from") }
+        return try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH span AS (
+                    SELECT \(from)::timestamptz AS day_from, \(to)::timestamptz AS day_to
+                    FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
+                )
+                SELECT span.day_from, span.day_to, ev.* FROM span
+                LEFT JOIN LATERAL (\(Self.overlapping(child: childID, from: "span.day_from", to: "span.day_to", now: now))) AS ev ON true
+                """)
+            return try Self.timeline(rows, day: nil)
+        }
+    }
+
+    static func timeline(_ rows: PostgresRows, day: PostgresDate?) throws -> Timeline {
+        guard let first = rows.first else { throw StoreError.notFound }
+        let events = try rows.filter { row in row.columnIndex("id").map { !row.isNull(at: $0) } ?? false }
+            .map { try $0.decode(as: Event.Row.self).event() }
+        return Timeline(day: day, from: try first.decode(Date.self, column: "day_from"), to: try first.decode(Date.self, column: "day_to"), events: events)
+    }
+
+    // MARK: Dashboard
+
+    /// Everything the dashboard shows, in one statement and one round trip.
+    public func dashboard(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> Dashboard {
+        try await mappingErrors {
+            let rows = try await pool.query(Dashboard.query(child: childID, now: now, actingUser: actingUser))
+            guard let row = rows.first else { throw StoreError.notFound }
+            return try row.decode(as: Dashboard.Row.self).dashboard(now: now)
+        }
+    }
+
+    /// The PRD §9 quick stats: last feed with its amount, last sleep with its duration and how
+    /// long ago it ended, and "awake for" or "sleeping for".
+    public func quickStats(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> QuickStats {
+        QuickStats(dashboard: try await dashboard(for: childID, now: now, as: actingUser), now: now)
+    }
+}
+
+/// The dashboard (000 spec): last feeding with its side indicator, last diaper, last sleep's
+/// end, the running sleep, the suggested side, and today's counts by the child's day.
+///
+/// ```swift
+/// let dashboard = try await store.events.dashboard(for: child.id, as: userID)
+/// print(dashboard.today.summary)   // "3 feeds · 3 pee · 1 poop"
+/// ```
+public struct Dashboard: Sendable, Equatable {
+    public struct LastFeeding: Sendable, Equatable {
+        public var id: UUID
+        public var start: EventTimestamp
+        public var feeding: Feeding
+        /// "L", "R", "L+R", "R+L"; `nil` for a bottle.
+        public var sideIndicator: String?
+        /// What the baby drank, when known: the bottle amount, or prepared − remaining.
+        public var amountMl: Double?
+    }
+
+    public struct LastDiaper: Sendable, Equatable {
+        public var id: UUID
+        public var start: EventTimestamp
+        public var contents: DiaperContents
+    }
+
+    public struct LastSleep: Sendable, Equatable {
+        public var id: UUID
+        public var start: EventTimestamp
+        public var end: EventTimestamp
+        public var minutes: Int { Int((end.utc.timeIntervalSince(start.utc) / 60).rounded(.down)) }
+    }
+
+    public struct ActiveSleep: Sendable, Equatable {
+        public var id: UUID
+        public var start: EventTimestamp
+    }
+
+    /// Today's counts, by the child's day (`day_start_time` in the child's time zone).
+    public struct Today: Sendable, Equatable {
+        public var from: Date
+        public var to: Date
+        public var feeds: Int
+        /// Wet and both.
+        public var pee: Int
+        /// Dirty and both.
+        public var poop: Int
+        /// Minutes slept inside today's window, clipped at its edges; a running sleep counts to now.
+        public var sleepMinutes: Int
+        public var notes: Int
+        /// "3 feeds · 3 pee · 1 poop".
+        public var summary: String { "\(feeds) feeds · \(pee) pee · \(poop) poop" }
+    }
+
+    public var lastFeeding: LastFeeding?
+    public var lastDiaper: LastDiaper?
+    public var lastSleep: LastSleep?
+    public var activeSleep: ActiveSleep?
+    /// The opposite of the last breast feeding's started side; `nil` if there is none.
+    public var suggestedSide: BreastSide?
+    public var today: Today
+
+    /// "L", "R", "L+R" or "R+L" for a breast feeding.
+    public static func sideIndicator(_ feeding: Feeding) -> String? {
+        guard case .breast(let side, let both) = feeding else { return nil }
+        switch (side, both) {
+        case (.left, false): return "L"
+        case (.right, false): return "R"
+        case (.left, true): return "L+R"
+        case (.right, true): return "R+L"
+        }
+    }
+
+    static func query(child: UUID, now: Date, actingUser: UUID) -> SQL {
+        """
+        WITH child AS (
+            SELECT c.id, c.timezone, c.day_start_time FROM children c
+            WHERE c.id = \(child) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
+        ), span AS (
+            SELECT ((local_day + child.day_start_time) AT TIME ZONE child.timezone) AS day_from,
+                   ((local_day + 1 + child.day_start_time) AT TIME ZONE child.timezone) AS day_to
+            FROM child, LATERAL (SELECT ((\(now)::timestamptz AT TIME ZONE child.timezone) - child.day_start_time)::date AS local_day) AS d
+        )
+        SELECT span.day_from, span.day_to,
+               lf.id AS feeding_id, lf.start_time AS feeding_start, lf.start_tz AS feeding_tz, lf.start_offset_seconds AS feeding_offset, lf.data AS feeding_data,
+               ld.id AS diaper_id, ld.start_time AS diaper_start, ld.start_tz AS diaper_tz, ld.start_offset_seconds AS diaper_offset, ld.data ->> 'contents' AS diaper_contents,
+               ls.id AS sleep_id, ls.start_time AS sleep_start, ls.start_tz AS sleep_tz, ls.start_offset_seconds AS sleep_offset,
+               ls.end_time AS sleep_end, ls.end_tz AS sleep_end_tz, ls.end_offset_seconds AS sleep_end_offset,
+               act.id AS active_id, act.start_time AS active_start, act.start_tz AS active_tz, act.start_offset_seconds AS active_offset,
+               lb.side AS last_breast_side,
+               counts.feeds, counts.pee, counts.poop, counts.notes, counts.sleep_seconds
+        FROM child CROSS JOIN span
+        LEFT JOIN LATERAL (
+            SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
+            WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.start_time <= \(now)
+            ORDER BY e.start_time DESC LIMIT 1
+        ) AS lf ON true
+        LEFT JOIN LATERAL (
+            SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
+            WHERE e.child_id = child.id AND e.event_type = 'diaper' AND e.deleted_at IS NULL AND e.start_time <= \(now)
+            ORDER BY e.start_time DESC LIMIT 1
+        ) AS ld ON true
+        LEFT JOIN LATERAL (
+            SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.end_time, e.end_tz, e.end_offset_seconds FROM events e
+            WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.deleted_at IS NULL AND e.end_time IS NOT NULL AND e.start_time <= \(now)
+            ORDER BY e.start_time DESC LIMIT 1
+        ) AS ls ON true
+        LEFT JOIN LATERAL (
+            SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds FROM events e
+            WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+            LIMIT 1
+        ) AS act ON true
+        LEFT JOIN LATERAL (
+            SELECT e.data ->> 'started_side' AS side FROM events e
+            WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.data ->> 'kind' = 'breast' AND e.start_time <= \(now)
+            ORDER BY e.start_time DESC LIMIT 1
+        ) AS lb ON true
+        CROSS JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE e.event_type = 'feeding' AND e.start_time >= span.day_from) AS feeds,
+                   count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('wet', 'both')) AS pee,
+                   count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('dirty', 'both')) AS poop,
+                   count(*) FILTER (WHERE e.event_type = 'note' AND e.start_time >= span.day_from) AS notes,
+                   coalesce(sum(greatest(0, extract(epoch FROM
+                       least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) - greatest(e.start_time, span.day_from))))
+                       FILTER (WHERE e.event_type = 'sleep'), 0)::float8 AS sleep_seconds
+            FROM events e
+            WHERE e.child_id = child.id AND e.deleted_at IS NULL
+              AND e.start_time < span.day_to AND e.start_time >= span.day_from - interval '24 hours'
+        ) AS counts
+        """
+    }
+
+    struct Row: Decodable {
+        var dayFrom: Date
+        var dayTo: Date
+        var feedingId: UUID?
+        var feedingStart: Date?
+        var feedingTz: String?
+        var feedingOffset: Int?
+        var feedingData: EventData?
+        var diaperId: UUID?
+        var diaperStart: Date?
+        var diaperTz: String?
+        var diaperOffset: Int?
+        var diaperContents: DiaperContents?
+        var sleepId: UUID?
+        var sleepStart: Date?
+        var sleepTz: String?
+        var sleepOffset: Int?
+        var sleepEnd: Date?
+        var sleepEndTz: String?
+        var sleepEndOffset: Int?
+        var activeId: UUID?
+        var activeStart: Date?
+        var activeTz: String?
+        var activeOffset: Int?
+        var lastBreastSide: BreastSide?
+        var feeds: Int
+        var pee: Int
+        var poop: Int
+        var notes: Int
+        var sleepSeconds: Double
+
+        func dashboard(now: Date) throws -> Dashboard {
+            var lastFeeding: LastFeeding?
+            if let feedingId, let feedingStart, let feedingTz, let feedingOffset, let feedingData,
+               case .feeding(let feeding) = try feedingData.payload(for: .feeding) {
+                var amount: Double?
+                if case .bottle(let fed, let prepared, let remaining, _) = feeding {
+                    amount = fed ?? remaining.flatMap { remaining in prepared.map { max(0, $0 - remaining) } } ?? prepared
+                }
+                lastFeeding = LastFeeding(
+                    id: feedingId, start: EventTimestamp(utc: feedingStart, timeZone: feedingTz, offsetSeconds: feedingOffset),
+                    feeding: feeding, sideIndicator: Dashboard.sideIndicator(feeding), amountMl: amount)
+            }
+            var lastDiaper: LastDiaper?
+            if let diaperId, let diaperStart, let diaperTz, let diaperOffset, let diaperContents {
+                lastDiaper = LastDiaper(id: diaperId, start: EventTimestamp(utc: diaperStart, timeZone: diaperTz, offsetSeconds: diaperOffset), contents: diaperContents)
+            }
+            var lastSleep: LastSleep?
+            if let sleepId, let sleepStart, let sleepTz, let sleepOffset, let sleepEnd, let sleepEndTz, let sleepEndOffset {
+                lastSleep = LastSleep(
+                    id: sleepId, start: EventTimestamp(utc: sleepStart, timeZone: sleepTz, offsetSeconds: sleepOffset),
+                    end: EventTimestamp(utc: sleepEnd, timeZone: sleepEndTz, offsetSeconds: sleepEndOffset))
+            }
+            var activeSleep: ActiveSleep?
+            if let activeId, let activeStart, let activeTz, let activeOffset {
+                activeSleep = ActiveSleep(id: activeId, start: EventTimestamp(utc: activeStart, timeZone: activeTz, offsetSeconds: activeOffset))
+            }
+            return Dashboard(
+                lastFeeding: lastFeeding, lastDiaper: lastDiaper, lastSleep: lastSleep, activeSleep: activeSleep,
+                suggestedSide: lastBreastSide?.opposite,
+                today: Today(from: dayFrom, to: dayTo, feeds: feeds, pee: pee, poop: poop,
+                             sleepMinutes: Int((sleepSeconds / 60).rounded(.down)), notes: notes))
+        }
+    }
+}
+
+/// PRD §9 quick stats.
+///
+/// ```swift
+/// let stats = try await store.events.quickStats(for: child.id, as: userID)
+/// if let awake = stats.awakeMinutes { print("Awake for \(DurationText.hoursMinutes(awake))") }
+/// ```
+public struct QuickStats: Sendable, Equatable {
+    /// When the last feed started, and what was drunk (mL) when known.
+    public var lastFeedAt: Date?
+    public var lastFeedAmountMl: Double?
+    /// Minutes of the last finished sleep, and minutes since it ended.
+    public var lastSleepMinutes: Int?
+    public var minutesSinceLastSleepEnded: Int?
+    /// "Awake for": minutes since the last sleep ended, when no sleep is running.
+    public var awakeMinutes: Int?
+    /// "Sleeping for": minutes of the running sleep.
+    public var sleepingMinutes: Int?
+
+    public init(dashboard: Dashboard, now: Date) {
+        lastFeedAt = dashboard.lastFeeding?.start.utc
+        lastFeedAmountMl = dashboard.lastFeeding?.amountMl
+        lastSleepMinutes = dashboard.lastSleep?.minutes
+        let sinceEnd = dashboard.lastSleep.map { Int((now.timeIntervalSince($0.end.utc) / 60).rounded(.down)) }
+        minutesSinceLastSleepEnded = sinceEnd
+        if let active = dashboard.activeSleep {
+            sleepingMinutes = Int((now.timeIntervalSince(active.start.utc) / 60).rounded(.down))
+        } else {
+            awakeMinutes = sinceEnd
+        }
+    }
+}

@@ -1,0 +1,342 @@
+import Foundation
+import Postgres
+
+/// Events: what caregivers log twenty times a day.
+///
+/// Every call authorizes the acting user as a caregiver of the event's child inside its SQL;
+/// for anyone else the child and its events do not exist (`notFound`).
+///
+/// ```swift
+/// let now = EventTimestamp(Date(), in: .current)
+/// let sleep = try await store.events.startSleep(for: child.id, at: now, as: userID)
+/// let ended = try await store.events.endSleep(for: child.id, at: later, as: userID)
+/// print(ended.summary)   // "Ended sleep (1h 20m)"
+/// ```
+public struct EventRepository: Sendable {
+    let pool: PostgresPool
+
+    // MARK: Logging
+
+    /// Stores an event, idempotently by the client's id: a retry with the same id and the same
+    /// content returns the stored event; the same id with different content is
+    /// `conflict(current:)`.
+    public func log(_ draft: EventDraft, as actingUser: UUID) async throws -> Event {
+        try Validate.event(payload: draft.payload, start: draft.start, end: draft.end, notes: draft.notes)
+        let data = EventData(draft.payload)
+        let sql: SQL = """
+            WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser))),
+            inserted AS (
+                INSERT INTO events AS e (id, child_id, logged_by, updated_by, event_type, start_time, start_tz, start_offset_seconds,
+                                         end_time, end_tz, end_offset_seconds, data, notes)
+                SELECT \(draft.id), \(draft.childID), \(actingUser), \(actingUser), \(draft.payload.type),
+                       \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
+                       \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: data), \(draft.notes)
+                FROM me
+                ON CONFLICT (id) DO NOTHING
+                RETURNING \(Event.columns), true AS same
+            ),
+            existing AS (
+                SELECT \(Event.columns),
+                       (e.child_id = \(draft.childID) AND e.event_type = \(draft.payload.type)
+                        AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
+                        AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
+                        AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
+                        AND e.data = \(json: data) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same
+                FROM events e
+                WHERE e.id = \(draft.id) AND NOT EXISTS (SELECT FROM inserted)
+                  AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+            )
+            SELECT (SELECT role FROM me) AS my_role, r.* FROM (SELECT 1) AS one
+            LEFT JOIN (SELECT * FROM inserted UNION ALL SELECT * FROM existing) AS r ON true
+            """
+        // A concurrent insert of the same id can commit after this statement's snapshot: the
+        // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
+        for _ in 0..<3 {
+            let rows = try await eventErrors(child: draft.childID) { try await pool.query(sql) }
+            guard let row = rows.first else { throw StoreError.notFound }
+            guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
+            guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
+            let event = try row.decode(as: Event.Row.self).event()
+            guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
+            return event
+        }
+        throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
+    }
+
+    /// Runs `body`, turning a refused second active sleep or bottle feeding into
+    /// `sleepAlreadyActive` / `feedingAlreadyActive` carrying the one that exists.
+    func eventErrors<T>(child: UUID?, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
+            let sleep = error.constraint == "events_one_active_sleep"
+            // The refusal was the index's; this read only fetches the winner for the message.
+            let filter: SQL = sleep
+                ? "e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
+                : "e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'feeding_started_at' AND e.end_time IS NULL AND e.deleted_at IS NULL"
+            let childFilter: SQL = child.map { "e.child_id = \($0)" } ?? "true"
+            guard let existing = try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(childFilter) AND \(filter) LIMIT 1").first else {
+                throw StoreError.map(error)
+            }
+            let event = try existing.decode(as: Event.Row.self).event()
+            throw sleep ? StoreError.sleepAlreadyActive(existing: event) : StoreError.feedingAlreadyActive(existing: event)
+        } catch let error as PostgresError {
+            throw StoreError.map(error)
+        }
+    }
+
+    /// Decodes `SELECT (…) AS my_role, r.* … LEFT JOIN r`: `notFound` for a non-member, `nil`
+    /// when the member's statement matched nothing.
+    static func memberEvent(_ rows: PostgresRows) throws -> Event? {
+        guard let row = rows.first, try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
+        guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { return nil }
+        return try row.decode(as: Event.Row.self).event()
+    }
+
+    // MARK: Sleep
+
+    /// Starts a sleep. If one is already running, `sleepAlreadyActive(existing:)`: the partial
+    /// unique index decides, so of many simultaneous taps exactly one wins.
+    public func startSleep(for childID: UUID, id: UUID = UUID(), at start: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
+        try await log(EventDraft(id: id, childID: childID, payload: .sleep, start: start, notes: notes), as: actingUser)
+    }
+
+    /// Ends the running sleep; the result carries its duration ("Ended sleep (1h 20m)").
+    public func endSleep(for childID: UUID, at end: EventTimestamp, as actingUser: UUID) async throws -> EndedSleep {
+        try Validate.timestamp(end, field: "end")
+        let rows = try await eventErrors(child: childID) {
+            try await pool.query("""
+                WITH me AS (\(Authorization.membership(of: childID, for: actingUser))),
+                ended AS (
+                    UPDATE events e SET end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds), updated_by = \(actingUser)
+                    WHERE e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+                      AND EXISTS (SELECT FROM me)
+                    RETURNING \(Event.columns)
+                )
+                SELECT (SELECT role FROM me) AS my_role, ended.* FROM (SELECT 1) AS one LEFT JOIN ended ON true
+                """)
+        }
+        guard let event = try Self.memberEvent(rows) else { throw StoreError.noActiveSleep }
+        return EndedSleep(event: event)
+    }
+
+    // MARK: Bottles
+
+    /// Logs a prepared bottle; its start time is when it was made (the expiry reference).
+    public func prepareBottle(for childID: UUID, id: UUID = UUID(), preparedMl: Double, at prepared: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
+        try await log(EventDraft(id: id, childID: childID, payload: .feeding(.bottle(amountMl: nil, preparedMl: preparedMl, remainingMl: nil, feedingStartedAt: nil)), start: prepared, notes: notes), as: actingUser)
+    }
+
+    /// Marks a prepared bottle as being fed. Only one feeding may be in progress per child
+    /// (`feedingAlreadyActive`).
+    public func startFeeding(_ bottleID: UUID, at started: Date, as actingUser: UUID) async throws -> Event {
+        try await changeBottle(bottleID, as: actingUser, set: """
+            data = e.data || jsonb_build_object('feeding_started_at', \(EventData.iso8601(started))::text)
+            """, when: "NOT e.data ? 'feeding_started_at'", refusal: "this bottle's feeding already started, or it is finished")
+    }
+
+    /// Finishes a bottle with what is left in it; the result says how much was consumed
+    /// (prepared − remaining).
+    public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, as actingUser: UUID) async throws -> FinishedBottle {
+        guard remainingMl.isFinite, remainingMl >= 0 else { throw StoreError.invalid(field: "remainingMl", reason: "must be 0 or more") }
+        try Validate.timestamp(end, field: "end")
+        let event = try await changeBottle(bottleID, as: actingUser, set: """
+            data = e.data || jsonb_build_object('amount_remaining_ml', \(remainingMl)::float8),
+            end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
+            """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl")
+        return FinishedBottle(event: event)
+    }
+
+    /// Discards a bottle (expired or not wanted): it ends now, and whatever was not recorded as
+    /// consumed counts as waste.
+    public func discard(_ bottleID: UUID, at end: EventTimestamp, as actingUser: UUID) async throws -> Event {
+        try Validate.timestamp(end, field: "end")
+        return try await changeBottle(bottleID, as: actingUser, set: """
+            data = CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
+                        ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END,
+            end_time = greatest(\(end.utc), e.start_time), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
+            """, when: "true", refusal: "this bottle is already finished")
+    }
+
+    /// One UPDATE of an open (not finished, not deleted) prepared bottle the acting user may see.
+    private func changeBottle(_ bottleID: UUID, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
+        let rows: PostgresRows
+        do {
+            rows = try await eventErrors(child: nil) {
+                try await pool.query("""
+                    WITH target AS (
+                        SELECT e.id, e.child_id FROM events e
+                        WHERE e.id = \(bottleID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                    ), changed AS (
+                        UPDATE events e SET \(set), updated_by = \(actingUser)
+                        WHERE e.id = \(bottleID) AND EXISTS (SELECT FROM target)
+                          AND e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'amount_prepared_ml'
+                          AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition)
+                        RETURNING \(Event.columns)
+                    )
+                    SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
+                    """)
+            }
+        } catch StoreError.invalid(let field, let reason) where field == "payload" && invalidField != nil {
+            throw StoreError.invalid(field: invalidField ?? field, reason: reason)
+        }
+        guard let event = try Self.memberEvent(rows) else { throw StoreError.stateConflict(reason: refusal) }
+        return event
+    }
+
+    // MARK: Edits and deletes
+
+    /// Changes an event if nobody changed it since `expectedRevision`; otherwise
+    /// `conflict(current:)` with the version in the database (PRD §7.4), so the caller can
+    /// show both. Times can be adjusted; the type cannot change.
+    public func update(_ eventID: UUID, with changes: EventChanges, expectedRevision: Int, as actingUser: UUID) async throws -> Event {
+        let current = try await get(eventID, as: actingUser)
+        let payload = changes.payload ?? current.payload
+        guard payload.type == current.type else {
+            throw StoreError.invalid(field: "payload", reason: "cannot change a \(current.type.rawValue) into a \(payload.type.rawValue); delete it and log a new one")
+        }
+        let start = changes.start ?? current.start
+        let end = changes.end ?? current.end
+        let notes = changes.notes ?? current.notes
+        try Validate.event(payload: payload, start: start, end: end, notes: notes)
+        let rows = try await eventErrors(child: current.childID) {
+            try await pool.query("""
+                WITH target AS (
+                    SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                ), changed AS (
+                    UPDATE events e SET
+                        data = \(json: EventData(payload)), notes = \(notes),
+                        start_time = \(start.utc), start_tz = \(start.timeZone), start_offset_seconds = \(start.offsetSeconds),
+                        end_time = \(end?.utc), end_tz = \(end?.timeZone), end_offset_seconds = \(end?.offsetSeconds),
+                        updated_by = \(actingUser)
+                    WHERE e.id = \(eventID) AND EXISTS (SELECT FROM target) AND e.revision = \(expectedRevision)
+                      AND e.deleted_at IS NULL AND e.event_type = \(payload.type)
+                    RETURNING \(Event.columns)
+                )
+                SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
+                """)
+        }
+        if let updated = try Self.memberEvent(rows) { return updated }
+        // Not applied: read the latest version (after any concurrent commit) for the caller.
+        let latest = try await get(eventID, as: actingUser)
+        if latest.isDeleted { throw StoreError.stateConflict(reason: "the event was deleted; restore it first") }
+        throw StoreError.conflict(current: latest)
+    }
+
+    /// One event (deleted ones included) of a child the acting user cares for.
+    public func get(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                SELECT \(Event.columns) FROM events e
+                WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                """)
+            return try one(rows, as: Event.Row.self).event()
+        }
+    }
+
+    /// Soft-deletes an event (recoverable for 30 days). Deleting a deleted event is a no-op.
+    @discardableResult
+    public func softDelete(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+        if let deleted = try await changeVisibleEvent(eventID, as: actingUser,
+            set: "deleted_at = now(), deleted_by = \(actingUser)", when: "e.deleted_at IS NULL") {
+            return deleted
+        }
+        return try await get(eventID, as: actingUser)
+    }
+
+    /// Restores a soft-deleted event within 30 days of its deletion.
+    @discardableResult
+    public func restore(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+        if let restored = try await changeVisibleEvent(eventID, as: actingUser,
+            set: "deleted_at = NULL, deleted_by = NULL", when: "e.deleted_at > now() - interval '30 days'") {
+            return restored
+        }
+        let current = try await get(eventID, as: actingUser)
+        guard current.isDeleted else { return current }
+        throw StoreError.stateConflict(reason: "the event was deleted more than 30 days ago and can no longer be restored")
+    }
+
+    /// One UPDATE of an event the acting user may see, when `condition` holds: the changed
+    /// event, `nil` when the condition did not hold, `notFound` for anyone else's event.
+    private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
+        let rows = try await eventErrors(child: nil) {
+            try await pool.query("""
+                WITH target AS (
+                    SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                ), changed AS (
+                    UPDATE events e SET \(set), updated_by = \(actingUser)
+                    WHERE e.id = \(eventID) AND EXISTS (SELECT FROM target) AND \(condition)
+                    RETURNING \(Event.columns)
+                )
+                SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
+                """)
+        }
+        return try Self.memberEvent(rows)
+    }
+
+    /// Hard-deletes events soft-deleted more than 30 days ago, with their history (PRD §11).
+    /// A maintenance call for a scheduled job; returns how many were purged.
+    public func purgeDeleted() async throws -> Int {
+        try await mappingErrors { try await pool.query("SELECT purge_deleted_events()").first?.decode(Int.self, at: 0) ?? 0 }
+    }
+
+    /// Other events of the same child and type starting within 5 minutes of this one, not
+    /// deleted (PRD §7.4 "possible duplicate"), closest first.
+    public func possibleDuplicates(of eventID: UUID, as actingUser: UUID) async throws -> [Event] {
+        try await mappingErrors {
+            let rows = try await pool.query("""
+                WITH target AS (
+                    SELECT t.id, t.child_id, t.event_type, t.start_time FROM events t
+                    WHERE t.id = \(eventID) AND \(Authorization.isCaregiver(of: "t.child_id", for: actingUser))
+                )
+                SELECT (SELECT 'caregiver'::text FROM target) AS my_role, d.* FROM (SELECT 1) AS one
+                LEFT JOIN LATERAL (
+                    SELECT \(Event.columns) FROM events e, target
+                    WHERE e.child_id = target.child_id AND e.event_type = target.event_type AND e.id <> target.id
+                      AND e.deleted_at IS NULL
+                      AND e.start_time BETWEEN target.start_time - interval '5 minutes' AND target.start_time + interval '5 minutes'
+                    ORDER BY abs(extract(epoch FROM e.start_time - target.start_time)), e.id
+                ) AS d ON true
+                """)
+            guard let first = rows.first, try first.decode(String?.self, column: "my_role") != nil else { throw StoreError.notFound }
+            return try rows.filter { row in row.columnIndex("id").map { !row.isNull(at: $0) } ?? false }
+                .map { try $0.decode(as: Event.Row.self).event() }
+        }
+    }
+}
+
+/// A sleep that just ended.
+///
+/// ```swift
+/// banner(ended.summary)   // "Ended sleep (1h 20m)"
+/// ```
+public struct EndedSleep: Sendable, Equatable {
+    public var event: Event
+    /// Whole minutes slept.
+    public var minutes: Int { Int(((event.duration ?? 0) / 60).rounded(.down)) }
+    /// "Ended sleep (1h 20m)".
+    public var summary: String { "Ended sleep (\(DurationText.hoursMinutes(minutes)))" }
+}
+
+/// A bottle that was finished.
+///
+/// ```swift
+/// print(finished.consumedMl)   // 100 (prepared 120, remaining 20)
+/// ```
+public struct FinishedBottle: Sendable, Equatable {
+    public var event: Event
+
+    public init(event: Event) { self.event = event }
+    /// Prepared − remaining, in mL.
+    public var consumedMl: Double {
+        guard case .feeding(.bottle(_, let prepared?, let remaining, _)) = event.payload else { return 0 }
+        return max(0, prepared - (remaining ?? 0))
+    }
+}
+
+/// "1h 20m", "45m".
+public enum DurationText {
+    public static func hoursMinutes(_ minutes: Int) -> String {
+        minutes >= 60 ? "\(minutes / 60)h \(minutes % 60)m" : "\(minutes)m"
+    }
+}

@@ -1,0 +1,304 @@
+import Foundation
+import Postgres
+
+/// How far back an export goes (PRD §13).
+public enum ExportRange: String, Sendable, CaseIterable {
+    case last24Hours, last7Days, last30Days, allTime
+
+    var interval: PostgresInterval? {
+        switch self {
+        case .last24Hours: PostgresInterval(microseconds: 86_400_000_000)
+        case .last7Days: PostgresInterval(days: 7)
+        case .last30Days: PostgresInterval(days: 30)
+        case .allTime: nil
+        }
+    }
+}
+
+extension EventRepository {
+    /// The CSV header, exactly as PRD §13 gives it.
+    public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes"
+
+    /// Streams a child's events as CSV (RFC 4180: CRLF line ends, quoted fields where needed),
+    /// oldest first, with local date and time in each event's own zone. Rows come from a
+    /// server-side cursor in batches of 500, so an all-time export never holds every row.
+    ///
+    /// ```swift
+    /// try await store.events.exportCSV(for: child.id, range: .allTime, as: userID) { chunk in
+    ///     try await response.write(chunk)
+    /// }
+    /// ```
+    public func exportCSV(
+        for childID: UUID, range: ExportRange, now: Date = Date(), as actingUser: UUID,
+        write: @escaping @Sendable (String) async throws -> Void
+    ) async throws {
+        let since: SQL = range.interval.map { "AND e.start_time >= \(now)::timestamptz - \($0)" } ?? ""
+        let query: SQL = """
+            SELECT to_char((e.start_time AT TIME ZONE 'UTC') + make_interval(secs => e.start_offset_seconds), 'YYYY-MM-DD') AS local_date,
+                   to_char((e.start_time AT TIME ZONE 'UTC') + make_interval(secs => e.start_offset_seconds), 'HH24:MI') AS local_time,
+                   e.event_type, e.start_time, e.end_time, e.data, e.notes, u.display_name AS logged_by
+            FROM events e LEFT JOIN users u ON u.id = e.logged_by
+            WHERE e.child_id = \(childID) AND e.deleted_at IS NULL \(since)
+              AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+            ORDER BY e.start_time, e.id
+            """
+        try await requireCaregiver(of: childID, actingUser)
+        try await write(Self.csvHeader + "\r\n")
+        try await stream(query, cursor: "bb_export_csv") { rows in
+            var chunk = ""
+            for row in rows {
+                let line = try CSVRow(row)
+                chunk += line.fields.map(CSV.quote).joined(separator: ",") + "\r\n"
+            }
+            try await write(chunk)
+        }
+    }
+
+    /// Streams everything the acting user may see as one JSON document (PRD §11, GDPR):
+    /// their account, their children with caregivers, and every event with ids, zones, offsets,
+    /// amounts in mL and who logged it.
+    public func exportJSON(as actingUser: UUID, write: @escaping @Sendable (String) async throws -> Void) async throws {
+        let encoder = ExportCoding.encoder
+        let user = try await UserRepository(pool: pool).get(actingUser, as: actingUser)
+        let children = try await ChildRepository(pool: pool).list(as: actingUser)
+        try await write(#"{"format":"babybasics-export-1","user":"# + String(decoding: try encoder.encode(user), as: UTF8.self) + #","children":["#)
+        for (index, child) in children.enumerated() {
+            let caregivers = try await CaregiverRepository(pool: pool).list(of: child.id, as: actingUser)
+            var head = index == 0 ? "" : ","
+            head += #"{"child":"# + String(decoding: try encoder.encode(child), as: UTF8.self)
+            head += #","caregivers":"# + String(decoding: try encoder.encode(caregivers), as: UTF8.self) + #","events":["#
+            try await write(head)
+            let first = FirstFlag()
+            try await stream("""
+                SELECT \(Event.columns) FROM events e
+                WHERE e.child_id = \(child.id) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                ORDER BY e.start_time, e.id
+                """, cursor: "bb_export_json") { rows in
+                var chunk = ""
+                for row in rows {
+                    let event = ExportedEvent(try row.decode(as: Event.Row.self).event())
+                    chunk += (first.take() ? "" : ",") + String(decoding: try encoder.encode(event), as: UTF8.self)
+                }
+                try await write(chunk)
+            }
+            try await write("]}")
+        }
+        try await write("]}")
+    }
+
+    private func requireCaregiver(of childID: UUID, _ actingUser: UUID) async throws {
+        guard try await pool.query("SELECT FROM caregivers WHERE child_id = \(childID) AND user_id = \(actingUser)").first != nil else {
+            throw StoreError.notFound
+        }
+    }
+
+    /// Runs `query` through a server-side cursor in a read-only, repeatable-read transaction
+    /// and hands each batch of rows to `body`.
+    func stream(_ query: SQL, cursor name: String, _ body: @escaping @Sendable (PostgresRows) async throws -> Void) async throws {
+        try await mappingErrors {
+            try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
+                try await connection.execute("DECLARE \(identifier: name) NO SCROLL CURSOR FOR \(query)")
+                while true {
+                    let rows = try await connection.query("FETCH FORWARD 500 FROM \(identifier: name)")
+                    if rows.isEmpty { break }
+                    try await body(rows)
+                }
+                try await connection.execute("CLOSE \(identifier: name)")
+            }
+        }
+    }
+}
+
+/// Whether something comes first (a reference, so `@Sendable` closures can flip it).
+private final class FirstFlag: @unchecked Sendable {
+    private var first = true
+    func take() -> Bool {
+        defer { first = false }
+        return first
+    }
+}
+
+/// One CSV row of PRD §13.
+struct CSVRow {
+    var fields: [String]
+
+    init(_ row: PostgresRow) throws {
+        let type = try row.decode(EventType.self, column: "event_type")
+        let start = try row.decode(Date.self, column: "start_time")
+        let end = try row.decode(Date?.self, column: "end_time")
+        let data = try row.decode(as: DataColumn.self).data
+        var duration = ""
+        if let end, type == .sleep || data.kind == "breast" {
+            duration = String(Int((end.timeIntervalSince(start) / 60).rounded()))
+        }
+        var prepared = ""
+        var consumed = ""
+        if data.kind == "bottle" {
+            if let amount = data.amountMl {
+                prepared = Volume.format(Volume.ounces(fromMilliliters: amount))
+                consumed = prepared
+            } else if let amountPrepared = data.amountPreparedMl {
+                prepared = Volume.format(Volume.ounces(fromMilliliters: amountPrepared))
+                if let remaining = data.amountRemainingMl {
+                    consumed = Volume.format(Volume.ounces(fromMilliliters: max(0, amountPrepared - remaining)))
+                }
+            }
+        }
+        var notes = try row.decode(String?.self, column: "notes") ?? ""
+        if type == .note, let category = data.category { notes = notes.isEmpty ? category : "\(category): \(notes)" }
+        fields = [
+            try row.decode(String.self, column: "local_date"), try row.decode(String.self, column: "local_time"), type.rawValue,
+            duration, prepared, consumed, data.contents?.rawValue ?? "", try row.decode(String?.self, column: "logged_by") ?? "", notes,
+        ]
+    }
+
+    struct DataColumn: Decodable { var data: EventData }
+}
+
+enum CSV {
+    /// RFC 4180: quote a field holding a comma, a quote, CR or LF; double its quotes.
+    static func quote(_ field: String) -> String {
+        guard field.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return field }
+        return "\"" + field.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+}
+
+/// An event in the JSON export.
+public struct ExportedEvent: Codable, Sendable, Equatable {
+    public var id: UUID
+    public var childID: UUID
+    public var type: EventType
+    public var start: EventTimestamp
+    public var end: EventTimestamp?
+    /// The `data` document as stored (amounts in mL).
+    public var data: [String: JSONScalar]
+    public var notes: String?
+    public var loggedBy: UUID?
+    public var updatedBy: UUID?
+    public var deletedBy: UUID?
+    public var createdAt: Date
+    public var updatedAt: Date
+    public var deletedAt: Date?
+    public var revision: Int
+
+    init(_ event: Event) {
+        id = event.id
+        childID = event.childID
+        type = event.type
+        start = event.start
+        end = event.end
+        let document = EventData(event.payload)
+        var values: [String: JSONScalar] = [:]
+        if let kind = document.kind { values["kind"] = .string(kind) }
+        if let side = document.startedSide { values["started_side"] = .string(side.rawValue) }
+        if let both = document.bothSides { values["both_sides"] = .bool(both) }
+        if let amount = document.amountMl { values["amount_ml"] = .number(amount) }
+        if let amount = document.amountPreparedMl { values["amount_prepared_ml"] = .number(amount) }
+        if let amount = document.amountRemainingMl { values["amount_remaining_ml"] = .number(amount) }
+        if let started = document.feedingStartedAt { values["feeding_started_at"] = .string(started) }
+        if let contents = document.contents { values["contents"] = .string(contents.rawValue) }
+        if let category = document.category { values["category"] = .string(category) }
+        data = values
+        notes = event.notes
+        loggedBy = event.loggedBy
+        updatedBy = event.updatedBy
+        deletedBy = event.deletedBy
+        createdAt = event.createdAt
+        updatedAt = event.updatedAt
+        deletedAt = event.deletedAt
+        revision = event.revision
+    }
+}
+
+/// A JSON string, number or boolean.
+public enum JSONScalar: Codable, Sendable, Equatable {
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else {
+            self = .string(try container.decode(String.self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .string(let value): try container.encode(value)
+        case .number(let value): try container.encode(value)
+        case .bool(let value): try container.encode(value)
+        }
+    }
+}
+
+/// JSON coding for exports: ISO 8601 dates with microseconds, so nothing is lost on the way
+/// back in.
+///
+/// ```swift
+/// let document = try ExportCoding.decoder.decode(ExportDocument.self, from: data)
+/// ```
+public enum ExportCoding {
+    public static var encoder: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(format(date))
+        }
+        return encoder
+    }
+
+    public static var decoder: JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let date = parse(text) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not an ISO 8601 date: \(text)"))
+            }
+            return date
+        }
+        return decoder
+    }
+
+    /// `2026-11-21T07:15:03.123456Z`.
+    public static func format(_ date: Date) -> String {
+        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+        let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
+        let fraction = micros - seconds * 1_000_000
+        let whole = Date(timeIntervalSince1970: TimeInterval(seconds))
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .gmt
+        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: whole)
+        func pad(_ value: Int, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(p.year ?? 0, 4))-\(pad(p.month ?? 0, 2))-\(pad(p.day ?? 0, 2))T\(pad(p.hour ?? 0, 2)):\(pad(p.minute ?? 0, 2)):\(pad(p.second ?? 0, 2)).\(pad(Int(fraction), 6))Z"
+    }
+
+    public static func parse(_ text: String) -> Date? {
+        guard text.hasSuffix("Z"), let dot = text.lastIndex(of: ".") else { return EventData.parseISO8601(text) }
+        let fraction = text[text.index(after: dot)..<text.index(before: text.endIndex)]
+        guard let base = try? Date.ISO8601FormatStyle().parse(String(text[..<dot]) + "Z"), let micros = Int64(fraction.prefix(6).padding(toLength: 6, withPad: "0", startingAt: 0)) else { return nil }
+        let total = Int64((base.timeIntervalSince1970).rounded()) * 1_000_000 + micros
+        return Date(timeIntervalSince1970: Double(total) / 1_000_000)
+    }
+}
+
+/// The JSON export, for reading it back.
+public struct ExportDocument: Codable, Sendable {
+    public struct ChildExport: Codable, Sendable {
+        public var child: Child
+        public var caregivers: [Caregiver]
+        public var events: [ExportedEvent]
+    }
+    public var format: String
+    public var user: User
+    public var children: [ChildExport]
+}

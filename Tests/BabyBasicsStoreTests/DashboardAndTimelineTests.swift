@@ -1,0 +1,162 @@
+@testable import BabyBasicsStore
+import Foundation
+import Postgres
+import Testing
+
+@Suite struct DashboardTests {
+    @Test func anEmptyChild() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        let dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 12:00").utc, as: user.id)
+        #expect(dashboard.lastFeeding == nil && dashboard.lastDiaper == nil && dashboard.lastSleep == nil && dashboard.activeSleep == nil)
+        #expect(dashboard.suggestedSide == nil)
+        #expect(dashboard.today.summary == "0 feeds · 0 pee · 0 poop" && dashboard.today.sleepMinutes == 0 && dashboard.today.notes == 0)
+    }
+
+    @Test func theSeedCaseAndEveryCard() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        try await fixture.log(child, user, .feeding(.breast(startedSide: .left, bothSides: false)), at("2026-11-20 06:00"))
+        try await fixture.log(child, user, .feeding(.bottle(amountMl: 120, preparedMl: nil, remainingMl: nil, feedingStartedAt: nil)), at("2026-11-20 08:00"))
+        try await fixture.log(child, user, .feeding(.breast(startedSide: .right, bothSides: true)), at("2026-11-20 10:00"))
+        try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 06:30"))
+        try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 07:30"))
+        try await fixture.log(child, user, .diaper(.both), at("2026-11-20 09:30"))
+        try await fixture.log(child, user, .note(category: "health"), at("2026-11-20 09:45"), notes: "Vitamin D")
+        // Yesterday's events do not count today.
+        try await fixture.log(child, user, .diaper(.dirty), at("2026-11-19 22:00"))
+        // A sleep across midnight: only today's 90 minutes count, and it is the last sleep.
+        try await fixture.log(child, user, .sleep, at("2026-11-19 23:30"), end: at("2026-11-20 01:30"))
+        let dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 11:00").utc, as: user.id)
+        #expect(dashboard.today.summary == "3 feeds · 3 pee · 1 poop")
+        #expect(dashboard.today.notes == 1 && dashboard.today.sleepMinutes == 90)
+        #expect(dashboard.lastFeeding?.sideIndicator == "R+L")
+        #expect(dashboard.suggestedSide == .left)
+        #expect(dashboard.lastDiaper?.contents == .both)
+        #expect(dashboard.lastSleep?.end == at("2026-11-20 01:30") && dashboard.lastSleep?.minutes == 120)
+        #expect(dashboard.activeSleep == nil)
+        let stats = try await fixture.store.events.quickStats(for: child.id, now: at("2026-11-20 11:00").utc, as: user.id)
+        #expect(stats.awakeMinutes == 570 && stats.sleepingMinutes == nil && stats.lastSleepMinutes == 120)
+    }
+
+    @Test(arguments: [
+        (BreastSide.left, false, "L", BreastSide.right), (.right, false, "R", .left), (.left, true, "L+R", .right), (.right, true, "R+L", .left),
+    ])
+    func sideIndicatorAndSuggestedSide(_ side: BreastSide, _ both: Bool, _ indicator: String, _ suggested: BreastSide) async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        try await fixture.log(child, user, .feeding(.breast(startedSide: side, bothSides: both)), at("2026-11-20 06:00"))
+        var dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 07:00").utc, as: user.id)
+        #expect(dashboard.lastFeeding?.sideIndicator == indicator)
+        #expect(dashboard.suggestedSide == suggested)
+        // A later bottle: no indicator, and the suggestion still follows the last breast feeding.
+        try await fixture.log(child, user, .feeding(.bottle(amountMl: 90, preparedMl: nil, remainingMl: nil, feedingStartedAt: nil)), at("2026-11-20 07:30"))
+        dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 08:00").utc, as: user.id)
+        #expect(dashboard.lastFeeding?.sideIndicator == nil && dashboard.lastFeeding?.amountMl == 90)
+        #expect(dashboard.suggestedSide == suggested)
+    }
+
+    @Test func anActiveSleepCountsUpToNow() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        let sleep = try await fixture.store.events.startSleep(for: child.id, at: at("2026-11-20 10:15"), as: user.id)
+        let dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 11:00").utc, as: user.id)
+        #expect(dashboard.activeSleep == Dashboard.ActiveSleep(id: sleep.id, start: sleep.start))
+        #expect(dashboard.today.sleepMinutes == 45)
+        let stats = try await fixture.store.events.quickStats(for: child.id, now: at("2026-11-20 11:00").utc, as: user.id)
+        #expect(stats.sleepingMinutes == 45 && stats.awakeMinutes == nil)
+    }
+}
+
+@Suite struct TimelineTests {
+    /// A day's length and which of the events placed around its edges belong to it.
+    @Test(arguments: [
+        ("America/New_York", "2026-03-08", 23), ("America/New_York", "2026-11-01", 25),
+        ("Europe/London", "2026-03-29", 23), ("Europe/London", "2026-10-25", 25),
+        ("Australia/Adelaide", "2026-10-04", 23), ("Australia/Adelaide", "2026-04-05", 25),
+        ("Australia/Adelaide", "2026-06-10", 24),
+    ])
+    func daysAcrossDSTSwitches(_ zone: String, _ day: String, _ hours: Int) async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: zone)
+        let parts = day.split(separator: "-").compactMap { Int($0) }
+        let date = PostgresDate(year: parts[0], month: parts[1], day: parts[2])
+        let next = date.adding(days: 1)
+        let previous = date.adding(days: -1)
+        let inside1 = try await fixture.log(child, user, .diaper(.wet), at("\(day) 00:00", zone))
+        let inside2 = try await fixture.log(child, user, .diaper(.dirty), at("\(day) 12:00", zone))
+        let inside3 = try await fixture.log(child, user, .diaper(.both), at("\(day) 23:59", zone))
+        _ = try await fixture.log(child, user, .diaper(.wet), at("\(previous) 23:59", zone))
+        _ = try await fixture.log(child, user, .diaper(.wet), at("\(next) 00:00", zone))
+        let timeline = try await fixture.store.events.timeline(for: child.id, day: date, now: at("\(next) 12:00", zone).utc, as: user.id)
+        #expect(timeline.to.timeIntervalSince(timeline.from) == TimeInterval(hours * 3600), "\(zone) \(day)")
+        #expect(timeline.events.map(\.id) == [inside3.id, inside2.id, inside1.id])
+        let dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("\(day) 23:59", zone).utc.addingTimeInterval(30), as: user.id)
+        #expect(dashboard.today.summary == "0 feeds · 2 pee · 2 poop")
+        #expect(dashboard.today.to.timeIntervalSince(dashboard.today.from) == TimeInterval(hours * 3600))
+    }
+
+    @Test func aDayStartingAt6AMASleepAcrossMidnightAndAnActiveSleep() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "Europe/London", dayStart: PostgresTime(hour: 6, minute: 0))
+        let zone = "Europe/London"
+        let early = try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 05:59", zone))
+        let onTime = try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 06:00", zone))
+        let night = try await fixture.log(child, user, .sleep, at("2026-11-20 23:00", zone), end: at("2026-11-21 02:00", zone))
+        let day20 = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), as: user.id)
+        let day19 = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 19), as: user.id)
+        #expect(day20.events.map(\.id) == [night.id, onTime.id])
+        #expect(day19.events.map(\.id) == [early.id])
+        #expect(day20.from == at("2026-11-20 06:00", zone).utc && day20.to == at("2026-11-21 06:00", zone).utc)
+
+        // With a midnight start, the 23:00-02:00 sleep is on both calendar days.
+        var settings = try await fixture.store.children.get(child.id, as: user.id).settings
+        settings.dayStartTime = PostgresTime(hour: 0, minute: 0)
+        _ = try await fixture.store.children.update(child.id, with: ChildChanges(settings: settings), as: user.id)
+        let on20 = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), as: user.id)
+        let on21 = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 21), as: user.id)
+        #expect(on20.events.contains { $0.id == night.id } && on21.events.contains { $0.id == night.id })
+
+        // An active sleep started last evening runs until now, so it is on today's timeline too.
+        let active = try await fixture.store.events.startSleep(for: child.id, at: at("2026-11-21 21:00", zone), as: user.id)
+        let now = at("2026-11-22 01:00", zone).utc
+        let today = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 22), now: now, as: user.id)
+        #expect(today.events.map(\.id) == [active.id])
+        let window = try await fixture.store.events.range(for: child.id, from: now.addingTimeInterval(-6 * 3600), to: now.addingTimeInterval(3 * 3600), now: now, as: user.id)
+        #expect(window.events.map(\.id) == [active.id])
+    }
+
+    @Test func aThousandEventsInOneDay() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "UTC")
+        try await fixture.admin.execute("""
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+            SELECT \(child.id), \(user.id), 'diaper', timestamptz '2026-11-20 00:00+00' + n * interval '1 minute', 'UTC', 0, '{"contents":"wet"}'
+            FROM generate_series(0, 1199) AS n
+            """)
+        let timeline = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), as: user.id)
+        #expect(timeline.events.count == 1200)
+        #expect(zip(timeline.events, timeline.events.dropFirst()).allSatisfy { $0.start.utc > $1.start.utc })
+    }
+
+    @Test func theTimelineQueryUsesItsIndex() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "UTC")
+        try await fixture.admin.execute("""
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+            SELECT \(child.id), \(user.id), 'diaper', timestamptz '2025-01-01 00:00+00' + n * interval '37 minutes', 'UTC', 0, '{"contents":"wet"}'
+            FROM generate_series(0, 30000) AS n
+            """)
+        try await fixture.admin.execute("ANALYZE events")
+        let now = Date(timeIntervalSince1970: 1_737_000_000)
+        let from = now.addingTimeInterval(-6 * 3600)
+        let to = now.addingTimeInterval(3 * 3600)
+        let timeline = EventRepository.overlapping(child: child.id, from: "\(from)::timestamptz", to: "\(to)::timestamptz", now: now)
+        let plan = try await fixture.admin.query("EXPLAIN \(timeline)").decodeColumn(String.self).joined(separator: "\n")
+        #expect(plan.contains("idx_events_child_time"), "\(plan)")
+        let dashboard = try await fixture.admin.query("EXPLAIN \(Dashboard.query(child: child.id, now: now, actingUser: user.id))")
+            .decodeColumn(String.self).joined(separator: "\n")
+        #expect(dashboard.contains("idx_events_child_time"), "\(dashboard)")
+        #expect(!dashboard.contains("Seq Scan on events"), "\(dashboard)")
+    }
+}

@@ -1,0 +1,213 @@
+import BabyBasicsStore
+import EmbeddedPostgres
+import Foundation
+import Postgres
+import Testing
+
+@Suite struct SyncFeedTests {
+    @Test func eightWritersWithRandomCommitDelaysAndAReaderSeeEveryChangeExactlyOnce() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "UTC")
+        let database = fixture.database
+        let store = fixture.store
+        let writersDone = ManagedFlag()
+
+        // The reader pages all the while, remembering every (id, revision) it is given. Once the
+        // writers are done it keeps paging until it holds every event at its final revision (the
+        // feed only moves past transactions that are still open anywhere in the cluster).
+        let admin = fixture.admin
+        let reader = Task { () throws -> [UUID: [Int]] in
+            var cursor = SyncCursor.start
+            var seen: [UUID: [Int]] = [:]
+            var expected: [UUID: Int]?
+            let deadline = ContinuousClock.now + .seconds(90)
+            while ContinuousClock.now < deadline {
+                if expected == nil && writersDone.value {
+                    var final: [UUID: Int] = [:]
+                    for row in try await admin.query("SELECT id, revision FROM events") { final[try row.decode(UUID.self, at: 0)] = try row.decode(Int.self, at: 1) }
+                    expected = final
+                }
+                let page = try await store.events.changes(for: user.id, after: cursor, limit: 7)
+                for event in page.events { seen[event.id, default: []].append(event.revision) }
+                cursor = page.next
+                if let expected, !page.hasMore, expected.allSatisfy({ seen[$0.key]?.last == $0.value }) { break }
+                if !page.hasMore { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            return seen
+        }
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for writer in 0..<8 {
+                group.addTask {
+                    let connection = try await database.connect()
+                    var mine: [UUID] = []
+                    for step in 0..<15 {
+                        let target = step % 3 == 2 ? mine.randomElement() : nil
+                        let id = UUID()
+                        try await connection.transaction { connection in
+                            if let target {
+                                try await connection.execute("UPDATE events SET notes = \("edit \(writer)-\(step)"), updated_by = \(user.id) WHERE id = \(target)")
+                            } else {
+                                try await connection.execute("""
+                                    INSERT INTO events (id, child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+                                    VALUES (\(id), \(child.id), \(user.id), 'diaper', now() - \(PostgresInterval(seconds: Double(writer * 100 + step))), 'UTC', 0, '{"contents":"wet"}')
+                                    """)
+                            }
+                            // Hold the transaction open for a random time: commits land out of order.
+                            try await Task.sleep(for: .milliseconds(Int.random(in: 0...40)))
+                        }
+                        if target == nil { mine.append(id) }
+                    }
+                    await connection.close()
+                }
+            }
+            try await group.waitForAll()
+        }
+        writersDone.set()
+        let seen = try await reader.value
+
+        let final = try await fixture.admin.query("SELECT id, revision FROM events")
+        var expected: [UUID: Int] = [:]
+        for row in final { expected[try row.decode(UUID.self, at: 0)] = try row.decode(Int.self, at: 1) }
+        #expect(expected.count == 8 * 10)
+        #expect(Set(seen.keys) == Set(expected.keys))
+        for (id, revisions) in seen {
+            #expect(revisions == revisions.sorted() && Set(revisions).count == revisions.count, "event \(id) delivered \(revisions)")
+            #expect(revisions.last == expected[id], "event \(id) ended at \(revisions) but is at \(expected[id] ?? -1)")
+        }
+    }
+
+    @Test func tombstonesAreDeliveredAndOtherFamiliesNever() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, alicesChild) = try await fixture.family(zone: "UTC")
+        let (bob, bobsChild) = try await fixture.family(zone: "UTC")
+        let mine = try await fixture.log(alicesChild, alice, .diaper(.wet), at("2026-11-20 08:00", "UTC"))
+        _ = try await fixture.log(bobsChild, bob, .diaper(.wet), at("2026-11-20 08:00", "UTC"))
+        var page = try await nextChanges(fixture.store, alice.id, after: .start)
+        #expect(page.events.map(\.id) == [mine.id])
+        _ = try await fixture.store.events.softDelete(mine.id, as: alice.id)
+        page = try await nextChanges(fixture.store, alice.id, after: page.next)
+        #expect(page.events.count == 1 && page.events.first?.isDeleted == true)
+        #expect(try await fixture.store.events.changes(for: alice.id, after: page.next).events.isEmpty)
+        #expect(SyncCursor(page.next.description) == page.next)
+    }
+}
+
+/// The next non-empty page (the feed waits for transactions still open anywhere in the cluster).
+func nextChanges(_ store: Store, _ user: UUID, after cursor: SyncCursor) async throws -> ChangePage {
+    for _ in 0..<600 {
+        let page = try await store.events.changes(for: user, after: cursor)
+        if !page.events.isEmpty { return page }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    return try await store.events.changes(for: user, after: cursor)
+}
+
+final class ManagedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var flag = false
+    var value: Bool { lock.withLock { flag } }
+    func set() { lock.withLock { flag = true } }
+}
+
+@Suite struct ExportTests {
+    @Test func csvParsesBackWithARealCSVParser() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        let tricky = "Blowout, big one; \"quoted\"\nsecond line, too"
+        try await fixture.log(child, user, .diaper(.both), at("2026-11-20 14:00"), notes: tricky)
+        try await fixture.log(child, user, .sleep, at("2026-11-20 09:30"), end: at("2026-11-20 10:15"), notes: "Fussy before sleep")
+        let bottle = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-20 08:15"), as: user.id)
+        _ = try await fixture.store.events.finishFeeding(bottle.id, remainingMl: 15, at: at("2026-11-20 08:40"), as: user.id)
+        try await fixture.log(child, user, .note(category: "Medication"), at("2026-11-20 15:00", "Europe/London"), notes: "Vitamin D")
+        let buffer = TextBuffer()
+        try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
+        let rows = try await parseCSV(buffer.text)
+        #expect(rows.first == ["date", "time", "event_type", "duration_minutes", "amount_prepared_oz", "amount_consumed_oz", "diaper_contents", "logged_by", "notes"])
+        #expect(rows.dropFirst().map { Array($0) } == [
+            ["2026-11-20", "08:15", "feeding", "", "4", "3.5", "", "Parent", ""],
+            ["2026-11-20", "09:30", "sleep", "45", "", "", "", "Parent", "Fussy before sleep"],
+            // In its own zone: 15:00 in London (10:00 in New York, where the child lives).
+            ["2026-11-20", "15:00", "note", "", "", "", "", "Parent", "Medication: Vitamin D"],
+            ["2026-11-20", "14:00", "diaper", "", "", "", "both", "Parent", tricky],
+        ])
+        let lastDay = TextBuffer()
+        try await fixture.store.events.exportCSV(for: child.id, range: .last24Hours, now: at("2026-11-21 12:00").utc, as: user.id) { lastDay.append($0) }
+        #expect(try await parseCSV(lastDay.text).count == 2)
+    }
+
+    @Test func anAllTimeExportStreamsInBatches() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "UTC")
+        try await fixture.admin.execute("""
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data, notes)
+            SELECT \(child.id), \(user.id), 'diaper', timestamptz '2025-01-01 00:00+00' + n * interval '7 minutes', 'UTC', 0, '{"contents":"wet"}', 'n=' || n
+            FROM generate_series(1, 5000) AS n
+            """)
+        let chunks = ChunkCounter()
+        try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { chunks.add($0) }
+        #expect(chunks.lines == 5001)
+        // Header, then one chunk per 500-row batch: never everything at once.
+        #expect(chunks.count == 11 && chunks.largest <= 500 * 80)
+    }
+
+    @Test func theJSONExportRoundTrips() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        var logged: [Event] = []
+        logged.append(try await fixture.log(child, user, .feeding(.breast(startedSide: .right, bothSides: true)), at("2026-11-20 06:00"), end: at("2026-11-20 06:20")))
+        logged.append(try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 118.5, at: at("2026-11-20 07:00"), as: user.id))
+        logged[1] = try await fixture.store.events.startFeeding(logged[1].id, at: at("2026-11-20 07:10").utc.addingTimeInterval(0.123456), as: user.id)
+        logged.append(try await fixture.log(child, user, .note(category: "Milestone"), at("2026-11-20 09:00"), notes: "First smile 😊, \"really\""))
+        logged.append(try await fixture.store.events.softDelete(try await fixture.log(child, user, .diaper(.dirty), at("2026-11-20 10:00")).id, as: user.id))
+        let buffer = TextBuffer()
+        try await fixture.store.events.exportJSON(as: user.id) { buffer.append($0) }
+        let document = try ExportCoding.decoder.decode(ExportDocument.self, from: Data(buffer.text.utf8))
+        #expect(document.user.id == user.id)
+        #expect(document.children.map(\.child.id) == [child.id])
+        #expect(document.children[0].caregivers.map(\.userID) == [user.id])
+        let exported = document.children[0].events
+        #expect(exported.map(\.id) == logged.map(\.id))
+        for (event, original) in zip(exported, logged) {
+            #expect(event.start == original.start && event.end == original.end && event.notes == original.notes)
+            #expect(event.revision == original.revision && event.loggedBy == user.id && event.deletedAt == original.deletedAt)
+            #expect(event.createdAt == original.createdAt && event.updatedAt == original.updatedAt)
+        }
+        #expect(exported[1].data["amount_prepared_ml"] == .number(118.5))
+        #expect(exported[1].data["feeding_started_at"] != nil)
+    }
+}
+
+final class TextBuffer: @unchecked Sendable {
+    private let lock = NSLock()
+    private var parts: [String] = []
+    func append(_ text: String) { lock.withLock { parts.append(text) } }
+    var text: String { lock.withLock { parts.joined() } }
+}
+
+final class ChunkCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private(set) var count = 0
+    private(set) var lines = 0
+    private(set) var largest = 0
+    func add(_ chunk: String) {
+        lock.withLock {
+            count += 1
+            lines += chunk.components(separatedBy: "\r\n").count - 1
+            largest = max(largest, chunk.utf8.count)
+        }
+    }
+}
+
+/// Parses CSV with Python's csv module (a real, independent RFC 4180 parser).
+func parseCSV(_ text: String) async throws -> [[String]] {
+    let file = FileManager.default.temporaryDirectory.appendingPathComponent("bb-export-\(UUID().uuidString).csv")
+    try Data(text.utf8).write(to: file)
+    defer { try? FileManager.default.removeItem(at: file) }
+    let python = ProcessInfo.processInfo.environment["PATH", default: "/usr/bin"].split(separator: ":")
+        .map { "\($0)/python3" }.first { FileManager.default.isExecutableFile(atPath: $0) } ?? "/usr/bin/python3"
+    let script = "import csv, json, sys; print(json.dumps(list(csv.reader(open(sys.argv[1], newline='', encoding='utf-8')))))"
+    let result = try await ChildProcess.spawn([python, "-c", script, file.path]).result()
+    guard result.status == 0 else { throw StoreError.stateConflict(reason: "python csv failed: \(result.stderr)") }
+    return try JSONDecoder().decode([[String]].self, from: Data(result.stdout.utf8))
+}
