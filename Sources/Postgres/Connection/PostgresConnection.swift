@@ -28,12 +28,15 @@ public actor PostgresConnection {
     private var handle: ConnectionHandle?
     private var secrets: [String]
     let cancelHandle = CancelHandle()
-    private let brokenFlag = Atomic<Bool>(false)
+    let brokenFlag = Atomic<Bool>(false)
 
     // Statement cache
     private var statements: [String: PreparedStatement] = [:]
     private var statementCounter = 0
     private var useCounter = 0
+
+    // An open single-row stream (see RowStream.swift).
+    var openStream: StreamHandle?
 
     // Transactions
     private var transactionToken: UInt64?
@@ -154,7 +157,7 @@ public actor PostgresConnection {
         brokenFlag.store(true, ordering: .releasing)
     }
 
-    private func liveConnection() throws(PostgresError) -> OpaquePointer {
+    func liveConnection() throws(PostgresError) -> OpaquePointer {
         guard let handle, !isBroken else {
             throw PostgresError(kind: .connectionFailure, message: "the connection is closed; open a new one (a pool does this for you)")
         }
@@ -250,7 +253,7 @@ public actor PostgresConnection {
         var lastUse: Int
     }
 
-    private func runCancellable<T>(_ body: () throws -> T) async throws -> T {
+    func runCancellable<T>(_ body: () throws -> T) async throws -> T {
         if Task.isCancelled {
             throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before the statement was sent")
         }
@@ -286,7 +289,7 @@ public actor PostgresConnection {
         error.sqlState == "26000" || (error.sqlState == "0A000" && error.sourceFunction == "RevalidateCachedQuery")
     }
 
-    private func preparedStatement(for rendered: RenderedSQL) throws -> PreparedStatement {
+    func preparedStatement(for rendered: RenderedSQL) throws -> PreparedStatement {
         useCounter += 1
         let key = rendered.cacheKey
         if var cached = statements[key] {
@@ -319,22 +322,9 @@ public actor PostgresConnection {
 
     private func executePrepared(_ statement: PreparedStatement, _ rendered: RenderedSQL) throws -> PostgresRows {
         let connection = try liveConnection()
-        let count = rendered.types.count
-        let result: OpaquePointer? = rendered.buffer.withUnsafeBytes { buffer -> OpaquePointer? in
-            guard let base = buffer.baseAddress else { return nil }
-            var values = [UnsafePointer<CChar>?](repeating: nil, count: count)
-            var formats = [Int32](repeating: 1, count: count)
-            for index in 0..<count where rendered.lengths[index] >= 0 {
-                values[index] = (base + rendered.offsets[index]).assumingMemoryBound(to: CChar.self)
-            }
-            return rendered.lengths.withUnsafeBufferPointer { lengths in
-                formats.withUnsafeMutableBufferPointer { formats in
-                    PQexecPrepared(
-                        connection, statement.name, Int32(count), values, lengths.baseAddress, formats.baseAddress,
-                        statement.resultFormat.rawValue)
-                }
-            }
-        }
+        let result = rendered.withParameters { count, values, lengths, formats in
+            PQexecPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
+        } ?? nil
         return PostgresRows(storage: try check(result, query: rendered.text))
     }
 
@@ -366,7 +356,7 @@ public actor PostgresConnection {
     }
 
     /// Leaves COPY state so the connection stays usable.
-    private func abandonCopy(_ connection: OpaquePointer) {
+    func abandonCopy(_ connection: OpaquePointer) {
         _ = PQputCopyEnd(connection, "COPY is not supported through query()")
         var buffer: UnsafeMutablePointer<CChar>?
         while PQgetCopyData(connection, &buffer, 0) > 0 {
@@ -376,12 +366,12 @@ public actor PostgresConnection {
         while let pending = PQgetResult(connection) { PQclear(pending) }
     }
 
-    private func lastErrorMessage(_ connection: OpaquePointer) -> String {
+    func lastErrorMessage(_ connection: OpaquePointer) -> String {
         Redaction.redact(String(cString: PQerrorMessage(connection)), secrets: secrets)
             .trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    private func connectionError(_ connection: OpaquePointer, query: String) -> PostgresError {
+    func connectionError(_ connection: OpaquePointer, query: String) -> PostgresError {
         let bad = PQstatus(connection) == CONNECTION_BAD
         if bad { brokenFlag.store(true, ordering: .releasing) }
         var error = PostgresError(
@@ -392,7 +382,7 @@ public actor PostgresConnection {
         return error
     }
 
-    private func makeError(_ result: OpaquePointer, connection: OpaquePointer, query: String) -> PostgresError {
+    func makeError(_ result: OpaquePointer, connection: OpaquePointer, query: String) -> PostgresError {
         func field(_ code: Character) -> String? {
             guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
             return String(cString: value)
@@ -500,10 +490,11 @@ public actor PostgresConnection {
         kind: .misuse,
         message: "this connection is inside a transaction owned by another task; give each task its own connection (use PostgresPool)")
 
-    private func checkOwnership() throws(PostgresError) {
+    func checkOwnership() throws(PostgresError) {
         if let token = transactionToken, !TransactionContext.tokens.contains(token) {
             throw Self.sharedTransactionMisuse
         }
+        try settleStream()
     }
 }
 

@@ -170,6 +170,7 @@ public actor PostgresPool {
     private func release(_ connection: PostgresConnection) async {
         leased -= 1
         var usable = !connection.isBroken && !closed
+        if usable { await connection.closeStream() }
         if usable, await connection.isInTransaction {
             // A transaction left open (BEGIN sent by hand): never hand it to the next task.
             usable = (try? await connection.executeUnsafeRawSQL("ROLLBACK")) != nil

@@ -156,6 +156,24 @@ struct RenderedSQL {
     /// -1 for NULL.
     var lengths: [Int32]
 
+    /// Calls `body` with libpq's parameter arrays: values, lengths and formats (all binary).
+    func withParameters<R>(_ body: (Int32, [UnsafePointer<CChar>?], UnsafePointer<Int32>?, UnsafePointer<Int32>?) -> R) -> R? {
+        let count = types.count
+        return buffer.withUnsafeBytes { bytes -> R? in
+            guard let base = bytes.baseAddress else { return nil }
+            var values = [UnsafePointer<CChar>?](repeating: nil, count: count)
+            let formats = [Int32](repeating: 1, count: count)
+            for index in 0..<count where lengths[index] >= 0 {
+                values[index] = (base + offsets[index]).assumingMemoryBound(to: CChar.self)
+            }
+            return lengths.withUnsafeBufferPointer { lengths in
+                formats.withUnsafeBufferPointer { formats in
+                    body(Int32(count), values, lengths.baseAddress, formats.baseAddress)
+                }
+            }
+        }
+    }
+
     var cacheKey: String {
         types.isEmpty ? text : text + "\u{0}" + types.map(String.init).joined(separator: ",")
     }
