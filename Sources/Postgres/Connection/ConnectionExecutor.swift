@@ -9,6 +9,7 @@ final class ConnectionExecutor: SerialExecutor, @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [UnownedJob] = []
     private var stopping = false
+    private var threadID: pthread_t?
 
     init(name: String) {
         let thread = Thread { [self] in run() }
@@ -37,7 +38,24 @@ final class ConnectionExecutor: SerialExecutor, @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Whether the caller runs on this executor's thread.
+    var isCurrent: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        guard let threadID else { return false }
+        return pthread_equal(threadID, pthread_self()) != 0
+    }
+
+    /// Debug check of the wrapper's own invariant (never of input): libpq must never be used
+    /// from two threads, and its blocking calls must never occupy Swift's cooperative pool.
+    func preconditionOnThread() {
+        assert(isCurrent, "a libpq call ran off its connection's thread")
+    }
+
     private func run() {
+        condition.lock()
+        threadID = pthread_self()
+        condition.unlock()
         var batch: [UnownedJob] = []
         while true {
             condition.lock()

@@ -260,11 +260,30 @@ public actor PostgresConnection {
         let handle = cancelHandle
         let ticket = handle.begin()
         defer { handle.end(ticket) }
-        return try await withTaskCancellationHandler {
-            try body()
+        // The operation captures the isolated `self`, so it is isolated to this actor and runs
+        // on the connection's thread, holding the actor for its whole duration. (A closure that
+        // captured only `body` would be nonisolated: it would run on the global pool while other
+        // tasks used this libpq connection.)
+        return try await withTaskCancellationHandler { [self] in
+            try self.runIsolated(body)
         } onCancel: {
             handle.cancel(ticket)
         }
+    }
+
+    /// Runs `body` synchronously on the connection's thread.
+    private func runIsolated<T>(_ body: () throws -> T) throws -> T {
+        executor.preconditionOnThread()
+        return try body()
+    }
+
+    /// Whether the caller runs on this connection's dedicated thread (for tests).
+    func onDedicatedThread() -> Bool { executor.isCurrent }
+
+    /// Whether a `runCancellable` body runs on the dedicated thread (for tests).
+    func bodyOnDedicatedThread() async throws -> Bool {
+        let executor = self.executor
+        return try await runCancellable { executor.isCurrent }
     }
 
     private func runPrepared(_ rendered: RenderedSQL) throws -> PostgresRows {
