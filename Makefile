@@ -7,7 +7,7 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps build build-tests test up down psql clean
+.PHONY: help deps build build-tests test up down psql clean bench
 
 help:
 	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate and verify"
@@ -61,3 +61,12 @@ psql:
 
 clean:
 	rm -rf .build
+
+# Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
+# Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few
+# minutes the first time; the run itself stays under 10 minutes on 2 cores.
+bench: deps
+	@mkdir -p .build
+	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
+	$(SWIFT) build -c release --package-path Benchmarks
+	BB_BENCH_CLIBPQ=$(CURDIR)/.build/bench-clibpq Benchmarks/.build/release/bb-bench $(BENCH_ARGS)
