@@ -10,6 +10,9 @@ let repositoryMigrations = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     .appendingPathComponent("Migrations")
 
+/// How many migration files the repository has.
+let repositoryMigrationCount: Int = (try? FileManager.default.contentsOfDirectory(atPath: repositoryMigrations.path).filter { $0.hasSuffix(".sql") }.count) ?? 0
+
 /// The bbmigrate executable built next to the test binary.
 let bbmigratePath: String = {
     let besideTests = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("bbmigrate").path

@@ -6,11 +6,12 @@ import Testing
     @Test func cancellingTheTaskCancelsTheQueryOnTheServer() async throws {
         do { let (connection, database) = try await freshConnection()
             let observer = try await database.connect()
+            let pid = await connection.backendPID
             let task = Task { try await connection.execute("SELECT pg_sleep(10)") }
             // Wait until the server runs it.
             var running = false
             for _ in 0..<100 where !running {
-                running = try await observer.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
+                running = try await observer.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
                 if !running { try await Task.sleep(for: .milliseconds(20)) }
             }
             #expect(running)
@@ -26,7 +27,7 @@ import Testing
             #expect(error.kind == .queryCanceled)
             #expect(elapsed < .seconds(1), "cancellation took \(elapsed)")
             let stillRunning = try await observer.value(
-                Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'")
+                Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(10)' AND state = 'active'")
             #expect(stillRunning == 0)
             // The connection survives a cancelled query.
             #expect(try await connection.value(Int.self, "SELECT 1") == 1)

@@ -64,15 +64,24 @@ extension EventRepository {
     /// joins an existing child, fetches that child from `SyncCursor.start`.
     public func changes(for actingUser: UUID, child childID: UUID? = nil, after cursor: SyncCursor, limit: Int = 500) async throws -> ChangePage {
         guard (1...10_000).contains(limit) else { throw StoreError.invalid(field: "limit", reason: "must be between 1 and 10000") }
-        let children: SQL = childID.map { "AND e.child_id = \($0)" } ?? ""
+        let children: SQL = childID.map { "AND child_id = \($0)" } ?? ""
         return try await mappingErrors {
+            // One range scan of idx_events_child_change per child (each stops after `limit` rows),
+            // merged: the cost follows the page size, not the history. The horizon is read once.
             let rows = try await pool.query("""
-                SELECT \(Event.columns), e.change_xid::text AS change_xid, e.change_seq
-                FROM events e
-                WHERE e.child_id IN (SELECT child_id FROM caregivers WHERE user_id = \(actingUser)) \(children)
-                  AND (e.change_xid, e.change_seq) > (\(String(cursor.transaction))::xid8, \(cursor.sequence))
-                  AND e.change_xid < pg_snapshot_xmin(pg_current_snapshot())
-                ORDER BY e.change_xid, e.change_seq
+                WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+                mine AS (SELECT child_id FROM caregivers WHERE user_id = \(actingUser) \(children))
+                SELECT page.* FROM mine CROSS JOIN horizon
+                CROSS JOIN LATERAL (
+                    SELECT \(Event.columns), e.change_xid::text AS change_xid, e.change_xid AS position_xid, e.change_seq
+                    FROM events e
+                    WHERE e.child_id = mine.child_id
+                      AND (e.change_xid, e.change_seq) > (\(String(cursor.transaction))::xid8, \(cursor.sequence))
+                      AND e.change_xid < horizon.xmin
+                    ORDER BY e.change_xid, e.change_seq
+                    LIMIT \(limit)
+                ) AS page
+                ORDER BY page.position_xid, page.change_seq
                 LIMIT \(limit)
                 """)
             var next = cursor
