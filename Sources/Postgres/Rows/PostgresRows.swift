@@ -48,6 +48,18 @@ final class ResultStorage: @unchecked Sendable {
 
     deinit { if let result { PQclear(result) } }
 
+    private let keyLock = NSLock()
+    private var keyCache: [String: Int] = [:]
+
+    /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
+    /// per result and key rather than once per row.
+    func index(forCodingKey key: String) -> Int? {
+        if let cached = keyLock.withLock({ keyCache[key] }) { return cached >= 0 ? cached : nil }
+        let index = columnIndex[key] ?? columnIndex[RowDecoder.snakeCase(key)]
+        keyLock.withLock { keyCache[key] = index ?? -1 }
+        return index
+    }
+
     @inline(__always)
     func cell(row: Int, column: Int) -> PostgresCell {
         let info = columns[column]

@@ -46,7 +46,7 @@ private struct RowKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol
     var allKeys: [Key] { row.columns.compactMap { Key(stringValue: $0.name) } }
 
     func column(for key: Key) -> Int? {
-        row.columnIndex(key.stringValue) ?? row.columnIndex(RowDecoder.snakeCase(key.stringValue))
+        row.storage.index(forCodingKey: key.stringValue)
     }
 
     func contains(_ key: Key) -> Bool { column(for: key) != nil }
