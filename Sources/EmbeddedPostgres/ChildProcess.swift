@@ -17,6 +17,10 @@ import Glibc
 /// ```
 public final class ChildProcess: @unchecked Sendable {
     /// How a child ended.
+    ///
+    /// ```swift
+    /// let result = try await ChildProcess.spawn(["/usr/bin/true"]).result()   // result.status == 0
+    /// ```
     public struct Result: Sendable {
         /// The exit code, or 128 + signal number when a signal ended it.
         public var status: Int32

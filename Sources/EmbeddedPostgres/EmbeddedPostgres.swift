@@ -21,6 +21,10 @@ import Glibc
 /// ```
 public struct EmbeddedPostgres: Sendable {
     /// Server settings.
+    ///
+    /// ```swift
+    /// let cluster = EmbeddedPostgres(directory: dir, options: .init(durable: false, maxConnections: 50))
+    /// ```
     public struct Options: Sendable {
         /// `false` turns off fsync and friends: much faster, and fine for throw-away clusters.
         public var durable: Bool
@@ -37,6 +41,10 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     /// Whether the cluster exists and runs.
+    ///
+    /// ```swift
+    /// if case .running(let port, _) = try cluster.status() { print(port) }
+    /// ```
     public enum Status: Sendable, Equatable, CustomStringConvertible {
         case notInitialized
         case stopped

@@ -12,6 +12,10 @@ import Postgres
 /// ```
 public enum MigrationHistory {
     /// One applied version.
+    ///
+    /// ```swift
+    /// for row in try await MigrationHistory.read(connection) { print(row.version, row.appliedAt) }
+    /// ```
     public struct Row: Sendable, Codable, Equatable {
         public var version: Int
         public var name: String

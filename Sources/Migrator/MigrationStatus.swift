@@ -1,6 +1,10 @@
 import Foundation
 
 /// Where one version stands.
+///
+/// ```swift
+/// let pending = try await migrator.status().filter { $0.state == .pending }
+/// ```
 public enum MigrationState: String, Sendable, Codable {
     /// Applied, and the file still matches.
     case applied
@@ -70,6 +74,10 @@ public struct MigrationEntry: Sendable, Codable, Equatable {
 }
 
 /// What `up` did to one file.
+///
+/// ```swift
+/// try await migrator.up { print("applied \($0.id) in \($0.durationMs) ms") }
+/// ```
 public struct AppliedMigration: Sendable, Codable {
     public var version: Int
     public var name: String

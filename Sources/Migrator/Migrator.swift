@@ -14,6 +14,11 @@ import Postgres
 /// for entry in try await migrator.status() { print(entry.summary) }
 /// ```
 public struct Migrator: Sendable {
+    /// Options
+    ///
+    /// ```swift
+    /// let options = Migrator.Options(directory: migrations, lockTimeout: .seconds(30))
+    /// ```
     public struct Options: Sendable {
         /// Where the `NNNN_name.sql` files are.
         public var directory: URL

@@ -8,6 +8,10 @@
 /// ```
 public enum SQLStatementSplitter {
     /// A statement and the 1-based line its text starts on (a leading comment included).
+    ///
+    /// ```swift
+    /// for statement in SQLStatementSplitter.statements(sql) { print(statement.line) }
+    /// ```
     public struct Statement: Sendable, Equatable {
         public let text: String
         public let line: Int

@@ -16,6 +16,10 @@ import Postgres
 public struct SchemaSnapshot: Sendable, Equatable {
     /// One object: its kind ("index"), its name ("idx_events_child_time on events") and the
     /// attributes that define it ("definition", "type", "default", …).
+    ///
+    /// ```swift
+    /// let indexes = snapshot.objects.values.filter { $0.kind == "index" }
+    /// ```
     public struct Object: Sendable, Equatable {
         public var kind: String
         public var name: String

@@ -3,6 +3,10 @@ import Postgres
 
 /// A caregiver's role for one child (PRD §7.3): the primary is the account owner, who alone
 /// may delete the child, remove caregivers and manage invites.
+///
+/// ```swift
+/// if child.role == .primary { showInviteButton() }
+/// ```
 public enum CaregiverRole: String, Codable, Sendable, PostgresCodable {
     case primary
     case caregiver

@@ -2,6 +2,10 @@ import Foundation
 import Postgres
 
 /// Display unit for bottle amounts. Amounts are always stored in mL.
+///
+/// ```swift
+/// settings.unit = .ml
+/// ```
 public enum VolumeUnit: String, Codable, Sendable, CaseIterable {
     case oz, ml
 }
@@ -34,6 +38,10 @@ public struct ChildSettings: Codable, Sendable, Equatable {
     public init() {}
 
     /// Expiry windows, in minutes.
+    ///
+    /// ```swift
+    /// settings.bottleExpiry.preparedMinutes = 24 * 60   // refrigerated bottles
+    /// ```
     public struct BottleExpiry: Codable, Sendable, Equatable {
         /// Prepared at room temperature, not fed: 2 hours from preparation.
         public var preparedMinutes: Int = 120
@@ -45,6 +53,10 @@ public struct ChildSettings: Codable, Sendable, Equatable {
     }
 
     /// Push notification toggles.
+    ///
+    /// ```swift
+    /// settings.notifications.wakeWindow = false
+    /// ```
     public struct Notifications: Codable, Sendable, Equatable {
         /// 15 minutes before a bottle expires (default on).
         public var bottleExpiry: Bool = true

@@ -37,15 +37,30 @@ public struct EventTimestamp: Codable, Sendable, Equatable, Hashable {
     private func pad(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
 }
 
+/// An event's kind, as stored in `events.event_type`.
+///
+/// ```swift
+/// let diapers = events.filter { $0.type == .diaper }
+/// ```
 public enum EventType: String, Codable, Sendable, CaseIterable, PostgresCodable {
     case feeding, diaper, sleep, note
 }
 
+/// The breast a feeding started on.
+///
+/// ```swift
+/// let next = lastSide.opposite   // .right after .left
+/// ```
 public enum BreastSide: String, Codable, Sendable {
     case left, right
     public var opposite: BreastSide { self == .left ? .right : .left }
 }
 
+/// What a diaper held (wet counts as pee, dirty as poop, both as one of each).
+///
+/// ```swift
+/// let payload: EventPayload = .diaper(.both)
+/// ```
 public enum DiaperContents: String, Codable, Sendable {
     /// Pee.
     case wet
@@ -56,6 +71,10 @@ public enum DiaperContents: String, Codable, Sendable {
 }
 
 /// What was fed.
+///
+/// ```swift
+/// let bottle: Feeding = .bottle(amountMl: nil, preparedMl: 120, remainingMl: nil, feedingStartedAt: nil)
+/// ```
 public enum Feeding: Sendable, Equatable {
     /// Breastfeeding, starting on `startedSide`, switching sides when `bothSides`.
     case breast(startedSide: BreastSide, bothSides: Bool)

@@ -2,6 +2,10 @@ import Foundation
 import Postgres
 
 /// Where a prepared bottle is in its life (PRD §4.2).
+///
+/// ```swift
+/// if bottle.state == .expired { showDiscardPrompt() }
+/// ```
 public enum BottleState: String, Sendable, Codable {
     /// Made, not yet fed: expires `preparedMinutes` after preparation (default 2 h).
     case prepared

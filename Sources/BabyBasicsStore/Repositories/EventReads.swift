@@ -96,6 +96,11 @@ extension EventRepository {
 /// print(dashboard.today.summary)   // "3 feeds · 3 pee · 1 poop"
 /// ```
 public struct Dashboard: Sendable, Equatable {
+    /// The last feeding, with its side indicator and amount.
+    ///
+    /// ```swift
+    /// feedCard.badge = dashboard.lastFeeding?.sideIndicator   // "L+R"
+    /// ```
     public struct LastFeeding: Sendable, Equatable {
         public var id: UUID
         public var start: EventTimestamp
@@ -106,12 +111,22 @@ public struct Dashboard: Sendable, Equatable {
         public var amountMl: Double?
     }
 
+    /// The last diaper change.
+    ///
+    /// ```swift
+    /// diaperCard.detail = dashboard.lastDiaper?.contents.rawValue
+    /// ```
     public struct LastDiaper: Sendable, Equatable {
         public var id: UUID
         public var start: EventTimestamp
         public var contents: DiaperContents
     }
 
+    /// The last finished sleep.
+    ///
+    /// ```swift
+    /// if let sleep = dashboard.lastSleep { print(now.timeIntervalSince(sleep.end.utc)) }
+    /// ```
     public struct LastSleep: Sendable, Equatable {
         public var id: UUID
         public var start: EventTimestamp
@@ -119,12 +134,21 @@ public struct Dashboard: Sendable, Equatable {
         public var minutes: Int { Int((end.utc.timeIntervalSince(start.utc) / 60).rounded(.down)) }
     }
 
+    /// The sleep running now, if any.
+    ///
+    /// ```swift
+    /// if let sleep = dashboard.activeSleep { showTimer(from: sleep.start.utc) }
+    /// ```
     public struct ActiveSleep: Sendable, Equatable {
         public var id: UUID
         public var start: EventTimestamp
     }
 
     /// Today's counts, by the child's day (`day_start_time` in the child's time zone).
+    ///
+    /// ```swift
+    /// summaryLabel.text = dashboard.today.summary
+    /// ```
     public struct Today: Sendable, Equatable {
         public var from: Date
         public var to: Date

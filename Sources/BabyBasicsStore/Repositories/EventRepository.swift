@@ -335,6 +335,10 @@ public struct FinishedBottle: Sendable, Equatable {
 }
 
 /// "1h 20m", "45m".
+///
+/// ```swift
+/// DurationText.hoursMinutes(80)   // "1h 20m"
+/// ```
 public enum DurationText {
     public static func hoursMinutes(_ minutes: Int) -> String {
         minutes >= 60 ? "\(minutes / 60)h \(minutes % 60)m" : "\(minutes)m"

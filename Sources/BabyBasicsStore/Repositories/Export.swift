@@ -2,6 +2,10 @@ import Foundation
 import Postgres
 
 /// How far back an export goes (PRD §13).
+///
+/// ```swift
+/// try await store.events.exportCSV(for: childID, range: .last7Days, as: userID) { _ in }
+/// ```
 public enum ExportRange: String, Sendable, CaseIterable {
     case last24Hours, last7Days, last30Days, allTime
 
@@ -164,6 +168,10 @@ enum CSV {
 }
 
 /// An event in the JSON export.
+///
+/// ```swift
+/// let amounts = document.children[0].events.compactMap { $0.data["amount_ml"] }
+/// ```
 public struct ExportedEvent: Codable, Sendable, Equatable {
     public var id: UUID
     public var childID: UUID
@@ -211,6 +219,10 @@ public struct ExportedEvent: Codable, Sendable, Equatable {
 }
 
 /// A JSON string, number or boolean.
+///
+/// ```swift
+/// if case .number(let ml) = event.data["amount_ml"] { print(ml) }
+/// ```
 public enum JSONScalar: Codable, Sendable, Equatable {
     case string(String)
     case number(Double)
@@ -292,7 +304,16 @@ public enum ExportCoding {
 }
 
 /// The JSON export, for reading it back.
+///
+/// ```swift
+/// let document = try ExportCoding.decoder.decode(ExportDocument.self, from: data)
+/// ```
 public struct ExportDocument: Codable, Sendable {
+    /// One child of the export, with its caregivers and every event.
+    ///
+    /// ```swift
+    /// for child in document.children { print(child.child.name, child.events.count) }
+    /// ```
     public struct ChildExport: Codable, Sendable {
         public var child: Child
         public var caregivers: [Caregiver]

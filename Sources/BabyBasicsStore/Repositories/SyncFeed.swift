@@ -45,6 +45,11 @@ public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringCo
 }
 
 /// One page of the change feed.
+///
+/// ```swift
+/// let page = try await store.events.changes(for: userID, after: cursor)
+/// apply(page.events); cursor = page.next
+/// ```
 public struct ChangePage: Sendable, Equatable {
     /// Inserted, updated and soft-deleted events (tombstones have `deletedAt`), in feed order.
     public var events: [Event]

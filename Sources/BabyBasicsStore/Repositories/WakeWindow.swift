@@ -14,6 +14,10 @@ import Postgres
 public enum WakeWindow {
     /// One sleep of the history: when it started, how long it lasted, and when the child woke
     /// before it (the previous sleep's end).
+    ///
+    /// ```swift
+    /// let sample = WakeWindow.Sample(sleepStart: start, durationMinutes: 45, previousWake: wake)
+    /// ```
     public struct Sample: Sendable, Equatable {
         public var sleepStart: Date
         public var durationMinutes: Double
@@ -25,8 +29,18 @@ public enum WakeWindow {
         }
     }
 
+    /// How much the prediction relies on the child's own history.
+    ///
+    /// ```swift
+    /// let label = prediction.confidence == .high ? "" : "learning"
+    /// ```
     public enum Confidence: String, Sendable, Codable { case high, learning }
 
+    /// A predicted nap window.
+    ///
+    /// ```swift
+    /// napBlock.range = prediction.rangeStart...prediction.rangeEnd
+    /// ```
     public struct Prediction: Sendable, Equatable {
         public var rangeStart: Date
         public var rangeEnd: Date

@@ -74,6 +74,10 @@ public struct PostgresCopyWriter: ~Copyable {
 }
 
 /// The format of `COPY … TO STDOUT`.
+///
+/// ```swift
+/// try await connection.copyOut(table: "events", format: .csv) { _ in }
+/// ```
 public enum PostgresCopyFormat: String, Sendable {
     case text, csv, binary
 }

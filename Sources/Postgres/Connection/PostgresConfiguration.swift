@@ -92,6 +92,10 @@ public struct PostgresConfiguration: Sendable {
 }
 
 /// A notice or warning the server sent (not an error).
+///
+/// ```swift
+/// config.noticeHandler = { notice in logger.info("\(notice)") }
+/// ```
 public struct PostgresNotice: Sendable, CustomStringConvertible {
     /// `NOTICE`, `WARNING`, `INFO`, `DEBUG`, `LOG`.
     public var severity: String

@@ -531,6 +531,11 @@ enum TransactionContext {
 /// try await connection.transaction(.init(isolation: .repeatableRead, readOnly: true)) { c in ... }
 /// ```
 public struct TransactionOptions: Sendable {
+    /// Transaction isolation levels.
+    ///
+    /// ```swift
+    /// try await connection.transaction(.init(isolation: .serializable)) { _ in }
+    /// ```
     public enum IsolationLevel: String, Sendable {
         case readCommitted = "READ COMMITTED"
         case repeatableRead = "REPEATABLE READ"

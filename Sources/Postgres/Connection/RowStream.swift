@@ -22,6 +22,11 @@ final class StreamHandle: @unchecked Sendable {
 /// }
 /// ```
 public struct PostgresRowSequence: AsyncSequence, Sendable {
+    /// Each element is one row.
+    ///
+    /// ```swift
+    /// for try await row in rows { _ = row }
+    /// ```
     public typealias Element = PostgresRow
     let connection: PostgresConnection
     let handle: StreamHandle
@@ -30,6 +35,11 @@ public struct PostgresRowSequence: AsyncSequence, Sendable {
         Iterator(connection: connection, handle: handle, owner: IteratorOwner(handle: handle))
     }
 
+    /// Reads the next row from the connection.
+    ///
+    /// ```swift
+    /// var iterator = rows.makeAsyncIterator(); let first = try await iterator.next()
+    /// ```
     public struct Iterator: AsyncIteratorProtocol {
         let connection: PostgresConnection
         let handle: StreamHandle

@@ -53,6 +53,10 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 
     /// The classification of an error.
+    ///
+    /// ```swift
+    /// if error.kind == .uniqueViolation { return .conflict }
+    /// ```
     public enum Kind: String, Sendable, Hashable {
         // Integrity (class 23)
         case uniqueViolation

@@ -2,6 +2,10 @@ import CLibPQ
 import Foundation
 
 /// A column of a result: its name, type and wire format.
+///
+/// ```swift
+/// let names = rows.columns.map(\.name)
+/// ```
 public struct PostgresColumn: Sendable, Hashable {
     public let name: String
     public let type: PostgresType

@@ -88,6 +88,10 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
     }
 
     /// Builds `SQL` from a string literal with interpolations.
+    ///
+    /// ```swift
+    /// let query: SQL = "SELECT * FROM events WHERE id = \(id)"   // built by this type
+    /// ```
     public struct StringInterpolation: StringInterpolationProtocol, Sendable {
         var segments: [Segment] = []
 

@@ -33,9 +33,17 @@ public protocol PostgresDecodable {
 }
 
 /// Both directions.
+///
+/// ```swift
+/// enum Unit: String, PostgresCodable { case oz, ml }
+/// ```
 public typealias PostgresCodable = PostgresEncodable & PostgresDecodable
 
 /// One value of one row, as it came from the server. Valid only during the decode call.
+///
+/// ```swift
+/// let isJSON = row.cell(at: 0).type == .jsonb
+/// ```
 public struct PostgresCell {
     /// The raw bytes, or `nil` for SQL NULL.
     public let bytes: UnsafeRawBufferPointer?

@@ -107,6 +107,10 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
 }
 
 /// How a value travels on the wire: PostgreSQL's text or binary representation.
+///
+/// ```swift
+/// let binary = rows.columns.allSatisfy { $0.format == .binary }
+/// ```
 public enum PostgresFormat: Int32, Sendable {
     case text = 0
     case binary = 1
