@@ -177,8 +177,13 @@ public struct PostgresRow: Sendable {
 
     /// The first columns, in order, as a tuple: `try row.decode((UUID, String, Int?).self)`.
     public func decode<each T: PostgresDecodable>(_ types: (repeat each T).Type) throws -> (repeat each T) {
-        let counter = ColumnCounter()
-        return (repeat try decode((each T).self, at: counter.next()))
+        var column = 0
+        return (repeat try decodeNext((each T).self, &column))
+    }
+
+    private func decodeNext<T: PostgresDecodable>(_ type: T.Type, _ column: inout Int) throws -> T {
+        defer { column += 1 }
+        return try decode(T.self, at: column)
     }
 
     /// A `Decodable` struct, matching camelCase properties to snake_case columns
@@ -186,13 +191,5 @@ public struct PostgresRow: Sendable {
     /// throws, naming the column.
     public func decode<T: Decodable>(as type: T.Type) throws -> T {
         try T(from: RowDecoder(row: self))
-    }
-}
-
-private final class ColumnCounter {
-    var value = 0
-    func next() -> Int {
-        defer { value += 1 }
-        return value
     }
 }
