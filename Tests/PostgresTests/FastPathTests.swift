@@ -159,3 +159,70 @@ final class ByteSink: @unchecked Sendable {
     func append(_ chunk: UnsafeRawBufferPointer) { lock.withLock { storage.append(contentsOf: chunk) } }
     var bytes: [UInt8] { lock.withLock { storage } }
 }
+
+/// Regressions from the review of the fast paths.
+@Suite struct FastPathStateTests {
+    @Test func pipelinesWorkWithoutAStatementCacheAndWithMoreStatementsThanItHolds() async throws {
+        let database = try await TestPostgres.shared.makeDatabase()
+        for capacity in [0, 2] {
+            var configuration = database.configuration
+            configuration.statementCacheCapacity = capacity
+            let connection = try await PostgresConnection.connect(configuration)
+            try await connection.executeUnsafeRawSQL("DROP TABLE IF EXISTS a, b; CREATE TABLE a (v int); CREATE TABLE b (v int)")
+            _ = try await connection.pipeline([
+                "INSERT INTO a VALUES (\(Int32(1)))", "INSERT INTO b VALUES (\(Int32(2)))",
+                "INSERT INTO a VALUES (\(Int32(3))) RETURNING v", "INSERT INTO b VALUES (\(Int32(4))) RETURNING v * 1",
+                "SELECT \(Int32(5))",
+            ])
+            #expect(try await connection.value(String.self, "SELECT string_agg(v::text, ',' ORDER BY v) FROM a") == "1,3")
+            #expect(try await connection.value(String.self, "SELECT string_agg(v::text, ',' ORDER BY v) FROM b") == "2,4")
+            await connection.close()
+        }
+    }
+
+    @Test func aPipelineRePreparesAfterAlterTable() async throws {
+        let (connection, _) = try await freshConnection()
+        try await connection.execute("CREATE TABLE t (a int)")
+        _ = try await connection.pipeline(["INSERT INTO t VALUES (\(Int32(1)))", "SELECT * FROM t"])
+        try await connection.execute("ALTER TABLE t ADD COLUMN b text DEFAULT 'x'")
+        let results = try await connection.pipeline(["INSERT INTO t VALUES (\(Int32(2)))", "SELECT * FROM t"])
+        #expect(results[1].columns.count == 2 && results[1].count == 2)
+    }
+
+    @Test func aFailedCopyLeavesTheConnectionReadyForEveryPath() async throws {
+        let (connection, _) = try await freshConnection()
+        try await connection.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        try await connection.execute("INSERT INTO t VALUES (1)")
+        await expectPostgresError(.uniqueViolation) {
+            _ = try await connection.copyIn(table: "t", columns: ["id"]) { writer in try writer.append([Int32(1)]) }
+        }
+        _ = try await connection.pipeline(["SELECT \(Int32(1))"])
+        var rows = 0
+        for try await _ in try await connection.stream("SELECT n FROM generate_series(1, 3) AS n") { rows += 1 }
+        #expect(rows == 3)
+    }
+
+    @Test func streamsNeverIteratedOrUsedWronglyDoNotWedgeTheConnection() async throws {
+        let (connection, _) = try await freshConnection()
+        do {
+            _ = try await connection.stream("SELECT n FROM generate_series(1, 100000) AS n")
+        }
+        #expect(try await connection.value(Int.self, "SELECT 6") == 6)
+        // A transaction while a stream is still being read is refused, not silently truncating it.
+        let stream = try await connection.stream("SELECT n FROM generate_series(1, 10) AS n")
+        var iterator = stream.makeAsyncIterator()
+        _ = try await iterator.next()
+        await expectPostgresError(.misuse) { try await connection.transaction { _ in } }
+        var rest = 0
+        while try await iterator.next() != nil { rest += 1 }
+        #expect(rest == 9)
+        // COPY through a stream is refused, and the connection stays usable.
+        try await connection.execute("CREATE TABLE c (v int)")
+        await expectPostgresError(.misuse) {
+            for try await _ in try await connection.stream("COPY c TO STDOUT") {}
+        }
+        #expect(try await connection.value(Int.self, "SELECT 8") == 8)
+    }
+}
+
+import EmbeddedPostgres

@@ -10,6 +10,9 @@ final class CancelHandle: @unchecked Sendable {
     private var cancelObject: OpaquePointer?
     private var runningQuery: UInt64 = 0
     private var nextQuery: UInt64 = 0
+    /// Cancel requests being sent right now (outside the lock), and an object retired meanwhile.
+    private var inFlight = 0
+    private var retired: [OpaquePointer] = []
 
     init() {}
 
@@ -17,7 +20,9 @@ final class CancelHandle: @unchecked Sendable {
     func attach(_ connection: OpaquePointer) {
         let created = PQgetCancel(connection)
         lock.withLock {
-            if let old = cancelObject { PQfreeCancel(old) }
+            if let old = cancelObject {
+                if inFlight > 0 { retired.append(old) } else { PQfreeCancel(old) }
+            }
             cancelObject = created
         }
     }
@@ -46,13 +51,20 @@ final class CancelHandle: @unchecked Sendable {
     func cancel(_ ticket: UInt64) {
         let thread = Thread { [self] in
             for _ in 0..<600 {
-                let sent = lock.withLock { () -> Bool in
-                    guard runningQuery == ticket, let cancelObject else { return false }
-                    var buffer = [CChar](repeating: 0, count: 256)
-                    _ = PQcancel(cancelObject, &buffer, Int32(buffer.count))
-                    return true
+                // Take the object under the lock, send outside it: a slow network must not
+                // block the connection's thread (begin/end/invalidate take this lock).
+                let target = lock.withLock { () -> OpaquePointer? in
+                    guard runningQuery == ticket, let cancelObject else { return nil }
+                    inFlight += 1
+                    return cancelObject
                 }
-                guard sent else { return }
+                guard let target else { return }
+                var buffer = [CChar](repeating: 0, count: 256)
+                _ = PQcancel(target, &buffer, Int32(buffer.count))
+                lock.withLock {
+                    inFlight -= 1
+                    if inFlight == 0 { retired.forEach { PQfreeCancel($0) }; retired.removeAll() }
+                }
                 Thread.sleep(forTimeInterval: 0.1)
             }
         }
@@ -62,11 +74,16 @@ final class CancelHandle: @unchecked Sendable {
     /// Frees the libpq cancel object; later cancels do nothing.
     func invalidate() {
         lock.withLock {
-            if let cancelObject { PQfreeCancel(cancelObject) }
+            if let cancelObject {
+                if inFlight > 0 { retired.append(cancelObject) } else { PQfreeCancel(cancelObject) }
+            }
             cancelObject = nil
             runningQuery = 0
         }
     }
 
-    deinit { if let cancelObject { PQfreeCancel(cancelObject) } }
+    deinit {
+        if let cancelObject { PQfreeCancel(cancelObject) }
+        retired.forEach { PQfreeCancel($0) }
+    }
 }

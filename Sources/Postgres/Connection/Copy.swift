@@ -34,7 +34,10 @@ public struct PostgresCopyWriter: ~Copyable {
         guard values.count == fieldCount else {
             throw PostgresError(kind: .misuse, message: "COPY row \(rows + 1) has \(values.count) values for \(fieldCount) columns")
         }
-        buffer.appendBigEndian(Int16(fieldCount))
+        guard let fields = Int16(exactly: fieldCount) else {
+            throw PostgresError(kind: .invalidParameter, message: "COPY supports at most 32767 columns")
+        }
+        buffer.appendBigEndian(fields)
         for (column, value) in values.enumerated() {
             guard let value else {
                 buffer.appendBigEndian(Int32(-1))
@@ -52,6 +55,8 @@ public struct PostgresCopyWriter: ~Copyable {
             guard let length = Int32(exactly: buffer.count - lengthOffset - 4) else {
                 throw PostgresError(kind: .invalidParameter, message: "COPY row \(rows + 1), column \(column + 1): value larger than 2 GiB")
             }
+            // Keep every chunk sent to libpq under its 2 GiB length limit.
+            if buffer.count > Int(Int32.max) - (1 << 20) { try flush() }
             Swift.withUnsafeBytes(of: length.bigEndian) { bytes in
                 for index in 0..<4 { buffer[lengthOffset + index] = bytes[index] }
             }
@@ -63,8 +68,11 @@ public struct PostgresCopyWriter: ~Copyable {
     /// Sends what is buffered.
     mutating func flush() throws {
         guard !buffer.isEmpty else { return }
+        guard let count = Int32(exactly: buffer.count) else {
+            throw PostgresError(kind: .invalidParameter, message: "COPY row \(rows + 1) is larger than 2 GiB")
+        }
         let sent = buffer.withUnsafeBufferPointer { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { PQputCopyData(connection, $0.baseAddress, Int32($0.count)) }
+            bytes.withMemoryRebound(to: CChar.self) { PQputCopyData(connection, $0.baseAddress, count) }
         }
         guard sent == 1 else {
             throw PostgresError(kind: .connectionFailure, message: "COPY data could not be sent: " + String(cString: PQerrorMessage(connection)))
@@ -116,9 +124,7 @@ extension PostgresConnection {
                 throw error
             }
             guard PQputCopyEnd(connection, nil) == 1 else { throw self.connectionError(connection, query: statement.text) }
-            let result = try self.check(PQgetResult(connection), query: statement.text)
-            while let extra = PQgetResult(connection) { PQclear(extra) }
-            return result.affectedRows
+            return try self.finishCopy(connection, query: statement.text)
         }
     }
 
@@ -181,9 +187,15 @@ extension PostgresConnection {
                 while let result = PQgetResult(connection) { PQclear(result) }
                 throw failure
             }
-            let result = try self.check(PQgetResult(connection), query: statement.text)
-            while let extra = PQgetResult(connection) { PQclear(extra) }
-            return result.affectedRows
+            return try self.finishCopy(connection, query: statement.text)
         }
+    }
+
+    /// Reads the COPY's final result and drains libpq to idle before reporting it, so an error
+    /// never leaves the connection busy.
+    private func finishCopy(_ connection: OpaquePointer, query: String) throws -> Int {
+        let result = PQgetResult(connection)
+        while let extra = PQgetResult(connection) { PQclear(extra) }
+        return try check(result, query: query).affectedRows
     }
 }

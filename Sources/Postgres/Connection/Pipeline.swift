@@ -19,8 +19,22 @@ extension PostgresConnection {
         guard !statements.isEmpty else { return [] }
         let rendered = try statements.map { try $0.render(quoteIdentifier: escapeIdentifier) }
         // Prepare (or find in the cache) every statement first, outside the pipeline.
+        let idleBefore = !isInTransaction
+        do {
+            return try await runBatch(rendered)
+        } catch let error as PostgresError where Self.isStalePlan(error) && idleBefore {
+            // A plan the server invalidated (ALTER TABLE, DEALLOCATE): the batch rolled back
+            // whole and its stale statements left the cache, so it runs again once.
+            return try await runBatch(rendered)
+        }
+    }
+
+    private func runBatch(_ rendered: [RenderedSQL]) async throws -> [PostgresRows] {
         var prepared: [PreparedStatement] = []
         prepared.reserveCapacity(rendered.count)
+        // The batch's own statements must survive until it is sent: no eviction among them.
+        evictionFloor = useCounter + 1
+        defer { evictionFloor = 0 }
         for statement in rendered { prepared.append(try preparedStatement(for: statement)) }
         return try await runCancellable { try self.runPipeline(rendered, prepared) }
     }
@@ -52,9 +66,14 @@ extension PostgresConnection {
                         results.append(PostgresRows(storage: ResultStorage(result: result)))
                     case PGRES_PIPELINE_ABORTED:
                         PQclear(result)
+                    case PGRES_COPY_IN, PGRES_COPY_OUT, PGRES_COPY_BOTH:
+                        PQclear(result)
+                        abandonCopy(connection)
+                        if failure == nil { failure = (received, PostgresError(kind: .misuse, message: "COPY cannot run in a pipeline")) }
                     default:
                         let error = makeError(result, connection: connection, query: rendered[received].text)
                         PQclear(result)
+                        if Self.isStalePlan(error) { dropCachedStatement(rendered[received].cacheKey) }
                         if failure == nil { failure = (received, error) }
                     }
                     while let extra = PQgetResult(connection) { PQclear(extra) } // the command's terminator
@@ -83,7 +102,13 @@ extension PostgresConnection {
 
     private func send(_ statement: RenderedSQL, _ prepared: PreparedStatement, on connection: OpaquePointer) -> Int32 {
         statement.withParameters { count, values, lengths, formats in
-            PQsendQueryPrepared(connection, prepared.name, count, values, lengths, formats, prepared.resultFormat.rawValue)
+            // Without a cache every statement shares the unnamed name: send each with its own text.
+            guard !prepared.name.isEmpty else {
+                return statement.types.withUnsafeBufferPointer { types in
+                    PQsendQueryParams(connection, statement.text, count, types.baseAddress, values, lengths, formats, prepared.resultFormat.rawValue)
+                }
+            }
+            return PQsendQueryPrepared(connection, prepared.name, count, values, lengths, formats, prepared.resultFormat.rawValue)
         } ?? 0
     }
 

@@ -33,10 +33,13 @@ public actor PostgresConnection {
     // Statement cache
     private var statements: [String: PreparedStatement] = [:]
     private var statementCounter = 0
-    private var useCounter = 0
+    var useCounter = 0
+    /// While a pipeline prepares its batch, entries used from here on are not evicted.
+    var evictionFloor = 0
 
-    // An open single-row stream (see RowStream.swift).
+    // An open single-row stream (see RowStream.swift), and its statement's cache key.
     var openStream: StreamHandle?
+    var openStreamKey: String?
 
     // Transactions
     private var transactionToken: UInt64?
@@ -304,6 +307,9 @@ public actor PostgresConnection {
         }
     }
 
+    /// Forgets a cached statement the server no longer accepts.
+    func dropCachedStatement(_ key: String) { statements[key] = nil }
+
     static func isStalePlan(_ error: PostgresError) -> Bool {
         error.sqlState == "26000" || (error.sqlState == "0A000" && error.sourceFunction == "RevalidateCachedQuery")
     }
@@ -334,7 +340,8 @@ public actor PostgresConnection {
 
     private func evictLeastRecentlyUsed(_ connection: OpaquePointer) {
         guard PQtransactionStatus(connection) != PQTRANS_INERROR,
-              let oldest = statements.min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
+              let oldest = statements.filter({ evictionFloor == 0 || $0.value.lastUse < evictionFloor })
+                .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
         statements[oldest.key] = nil
         if let result = PQexec(connection, "DEALLOCATE \(oldest.value.name)") { PQclear(result) }
     }
@@ -435,6 +442,18 @@ public actor PostgresConnection {
         return error
     }
 
+    /// Gets a returned connection ready for the next borrower, ignoring task cancellation:
+    /// drains an open stream, rolls back a transaction left open. `false` if it is unusable.
+    func resetForReuse() -> Bool {
+        guard !isBroken else { return false }
+        closeStream()
+        if isInTransaction { return (try? runControl("ROLLBACK")) != nil && !isBroken }
+        return !isBroken
+    }
+
+    /// A round trip that ignores task cancellation (the pool's health check).
+    func ping() -> Bool { (try? runControl("")) != nil && !isBroken }
+
     /// Runs a transaction-control statement. Not cancellable, so a ROLLBACK after a
     /// cancellation still goes through.
     @discardableResult
@@ -463,6 +482,7 @@ public actor PostgresConnection {
         _ options: TransactionOptions = TransactionOptions(),
         _ body: @Sendable (isolated PostgresConnection) async throws -> T
     ) async throws -> T {
+        try settleStream()
         if let token = transactionToken {
             guard TransactionContext.tokens.contains(token) else { throw Self.sharedTransactionMisuse }
             savepointCounter += 1

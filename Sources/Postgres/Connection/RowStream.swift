@@ -30,9 +30,12 @@ public struct PostgresRowSequence: AsyncSequence, Sendable {
     public typealias Element = PostgresRow
     let connection: PostgresConnection
     let handle: StreamHandle
+    /// Shared by the sequence and its iterator: when both are gone, the stream is abandoned
+    /// (even if it was never iterated).
+    let owner: IteratorOwner
 
     public func makeAsyncIterator() -> Iterator {
-        Iterator(connection: connection, handle: handle, owner: IteratorOwner(handle: handle))
+        Iterator(connection: connection, handle: handle, owner: owner)
     }
 
     /// Reads the next row from the connection.
@@ -72,7 +75,8 @@ extension PostgresConnection {
         _ = PQsetSingleRowMode(connection)
         let handle = StreamHandle()
         openStream = handle
-        return PostgresRowSequence(connection: self, handle: handle)
+        openStreamKey = rendered.cacheKey
+        return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
     }
 
     /// The next row of the open stream, or `nil` at its end.
@@ -92,11 +96,17 @@ extension PostgresConnection {
                 while let extra = PQgetResult(connection) { PQclear(extra) }
                 self.openStream = nil
                 return nil
+            case PGRES_COPY_IN, PGRES_COPY_OUT, PGRES_COPY_BOTH:
+                self.openStream = nil
+                PQclear(result)
+                self.abandonCopy(connection)
+                throw PostgresError(kind: .misuse, message: "COPY cannot run through stream(); use copyOut")
             default:
                 self.openStream = nil
                 let error = self.makeError(result, connection: connection, query: "stream")
                 PQclear(result)
                 while let extra = PQgetResult(connection) { PQclear(extra) }
+                if Self.isStalePlan(error), let key = self.openStreamKey { self.dropCachedStatement(key) }
                 if PQstatus(connection) == CONNECTION_BAD { self.brokenFlag.store(true, ordering: .releasing) }
                 throw error
             }

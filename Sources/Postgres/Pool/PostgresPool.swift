@@ -109,6 +109,9 @@ public actor PostgresPool {
 
     private func acquire() async throws -> PostgresConnection {
         guard !closed else { throw Self.closedError }
+        if Task.isCancelled {
+            throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection")
+        }
         while let entry = idle.popLast() {
             if entry.connection.isBroken {
                 total -= 1
@@ -116,11 +119,12 @@ public actor PostgresPool {
             }
             leased += 1
             if entry.since.duration(to: .now) > options.healthCheckAfterIdle {
-                let healthy = (try? await entry.connection.executeUnsafeRawSQL("")) != nil
+                let healthy = await entry.connection.ping()
                 if !healthy {
-                    leased -= 1
                     total -= 1
+                    releaseLease()
                     await entry.connection.close()
+                    serveWaiters()
                     continue
                 }
             }
@@ -133,7 +137,7 @@ public actor PostgresPool {
                 return try await PostgresConnection.connect(configuration)
             } catch {
                 total -= 1
-                leased -= 1
+                releaseLease()
                 serveWaiters()
                 throw error
             }
@@ -168,24 +172,28 @@ public actor PostgresPool {
     }
 
     private func release(_ connection: PostgresConnection) async {
-        leased -= 1
-        var usable = !connection.isBroken && !closed
-        if usable { await connection.closeStream() }
-        if usable, await connection.isInTransaction {
-            // A transaction left open (BEGIN sent by hand): never hand it to the next task.
-            usable = (try? await connection.executeUnsafeRawSQL("ROLLBACK")) != nil
-        }
-        if usable, !waiters.isEmpty {
-            leased += 1
+        // Drain an open stream and roll back a forgotten transaction, even if the task was
+        // cancelled; the connection stays counted as borrowed until this is done.
+        var usable = !closed && !connection.isBroken
+        if usable { usable = await connection.resetForReuse() }
+        if usable, !closed, !waiters.isEmpty {
             waiters.removeFirst().continuation.resume(returning: connection)
-        } else if usable {
+            return // handed over: still borrowed
+        }
+        if usable, !closed {
             idle.append((connection, .now))
         } else {
             total -= 1
             await connection.close()
-            serveWaiters()
             if !closed { Task { await self.replenish() } }
         }
+        releaseLease()
+        serveWaiters()
+    }
+
+    /// One borrowed connection less; wakes `close()` when the last one comes back.
+    private func releaseLease() {
+        leased -= 1
         if closed && leased == 0 {
             drainWaiters.forEach { $0.resume() }
             drainWaiters.removeAll()
@@ -212,7 +220,8 @@ public actor PostgresPool {
 
     private func openFailed() {
         total -= 1
-        leased -= 1
+        releaseLease()
+        serveWaiters()
     }
 
     /// Tops the pool up to `minimumConnections`.

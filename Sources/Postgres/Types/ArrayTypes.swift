@@ -72,7 +72,9 @@ extension Array: PostgresEncodable where Element: PostgresArrayElement {
             let lengthOffset = buffer.count
             buffer.appendBigEndian(Int32(0))
             if try element.encodeElement(into: &buffer) {
-                let length = Int32(buffer.count - lengthOffset - 4)
+                guard let length = Int32(exactly: buffer.count - lengthOffset - 4) else {
+                    throw PostgresError(kind: .invalidParameter, message: "an array element is larger than 2 GiB")
+                }
                 Swift.withUnsafeBytes(of: length.bigEndian) { bytes in
                     for index in 0..<4 { buffer[lengthOffset + index] = bytes[index] }
                 }
