@@ -25,7 +25,10 @@ import Testing
                 return
             }
             #expect(error.kind == .queryCanceled)
-            #expect(elapsed < .seconds(1), "cancellation took \(elapsed)")
+            // Typically tens of milliseconds. The bound is 2 s, not 1 s, because this runs beside
+            // 160 other tests on 2 cores: the cancel request's fork in the postmaster and the
+            // task's resumption can wait for the scheduler (1.13 s seen once on CI-like load).
+            #expect(elapsed < .seconds(2), "cancellation took \(elapsed)")
             let stillRunning = try await observer.value(
                 Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(10)' AND state = 'active'")
             #expect(stillRunning == 0)
