@@ -95,14 +95,19 @@ import Testing
             try await setup.execute("ALTER DATABASE \(identifier: database.name) SET deadlock_timeout = '100ms'")
             let a = try await database.connect()
             let b = try await database.connect()
+            // Each takes its first lock, waits until the other holds its own, then crosses.
+            let (aLocked, aSignal) = AsyncStream<Void>.makeStream()
+            let (bLocked, bSignal) = AsyncStream<Void>.makeStream()
             let first = Task { try await a.transaction { connection in
                 try await connection.execute("UPDATE lockers SET n = 1 WHERE id = 1")
-                try await Task.sleep(for: .milliseconds(300))
+                aSignal.yield()
+                for await _ in bLocked { break }
                 try await connection.execute("UPDATE lockers SET n = 1 WHERE id = 2")
             } }
             let second = Task { try await b.transaction { connection in
                 try await connection.execute("UPDATE lockers SET n = 2 WHERE id = 2")
-                try await Task.sleep(for: .milliseconds(300))
+                bSignal.yield()
+                for await _ in aLocked { break }
                 try await connection.execute("UPDATE lockers SET n = 2 WHERE id = 1")
             } }
             let outcomes = [await first.result, await second.result]

@@ -47,7 +47,9 @@ import Testing
         let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, healthCheckAfterIdle: .zero))
         let firstPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
         try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
-        try await Task.sleep(for: .milliseconds(100))
+        for _ in 0..<200 where try await admin.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(firstPID)") > 0 {
+            try await Task.sleep(for: .milliseconds(25))
+        }
         // The ping finds the dead session; the caller never sees it.
         let secondPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
         #expect(secondPID != firstPID)
@@ -59,7 +61,7 @@ import Testing
         let database = try await TestPostgresDatabase.make()
         let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .milliseconds(200)))
         let holder = Task { try await pool.withConnection { try await $0.execute("SELECT pg_sleep(1)") } }
-        try await Task.sleep(for: .milliseconds(100))
+        try await waitUntil { await pool.statistics.inUse == 1 }
         let error = await expectPostgresError(.poolTimeout) { try await pool.execute("SELECT 1") }
         #expect(error?.message.contains("maximumConnections") == true)
         _ = try await holder.value
@@ -71,7 +73,7 @@ import Testing
         let database = try await TestPostgresDatabase.make()
         let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(minimumConnections: 1, maximumConnections: 2))
         let borrowed = Task { try await pool.withConnection { try await $0.value(Int.self, "SELECT 7 FROM pg_sleep(0.3)") } }
-        try await Task.sleep(for: .milliseconds(100))
+        try await waitUntil { await pool.statistics.inUse == 1 }
         await pool.close()
         // close() returned only after the borrowed connection came back.
         #expect(try await borrowed.value == 7)
@@ -96,6 +98,15 @@ import Testing
 }
 
 import EmbeddedPostgres
+
+/// Polls `condition` every 10 ms for up to 20 s.
+func waitUntil(_ condition: () async throws -> Bool) async throws {
+    for _ in 0..<2000 {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    Issue.record("condition never became true")
+}
 
 enum TestPostgresDatabase {
     static func make() async throws -> TestDatabase { try await TestPostgres.shared.makeDatabase() }
