@@ -189,3 +189,18 @@ import Testing
     }
 }
 
+
+@Suite struct ActiveEventLeakTests {
+    /// The winner carried by `sleepAlreadyActive` is always the same child's sleep, whichever
+    /// call hit the index (here a restore), never another family's.
+    @Test func aRefusedRestoreCarriesTheSameChildsSleep() async throws {
+        let fixture = try await StoreFixture.make()
+        let (bob, bobsChild) = try await fixture.family(zone: "UTC")
+        _ = try await fixture.store.events.startSleep(for: bobsChild.id, at: at("2026-11-20 08:00", "UTC"), as: bob.id)
+        let (alice, alicesChild) = try await fixture.family(zone: "UTC")
+        let old = try await fixture.store.events.startSleep(for: alicesChild.id, at: at("2026-11-20 06:00", "UTC"), as: alice.id)
+        _ = try await fixture.store.events.softDelete(old.id, as: alice.id)
+        let running = try await fixture.store.events.startSleep(for: alicesChild.id, at: at("2026-11-20 09:00", "UTC"), as: alice.id)
+        await expectStoreError(.sleepAlreadyActive(existing: running)) { _ = try await fixture.store.events.restore(old.id, as: alice.id) }
+    }
+}

@@ -52,7 +52,7 @@ public struct EventRepository: Sendable {
         // A concurrent insert of the same id can commit after this statement's snapshot: the
         // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
         for _ in 0..<3 {
-            let rows = try await eventErrors(child: draft.childID) { try await pool.query(sql) }
+            let rows = try await eventErrors(child: "\(draft.childID)") { try await pool.query(sql) }
             guard let row = rows.first else { throw StoreError.notFound }
             guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
@@ -65,7 +65,9 @@ public struct EventRepository: Sendable {
 
     /// Runs `body`, turning a refused second active sleep or bottle feeding into
     /// `sleepAlreadyActive` / `feedingAlreadyActive` carrying the one that exists.
-    func eventErrors<T>(child: UUID?, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+    /// `child` is the child whose index refused the write, as SQL (an id, or
+    /// `childOf(eventID)`): the winner is always looked up in that child, never elsewhere.
+    func eventErrors<T>(child: SQL, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
         } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
@@ -74,8 +76,7 @@ public struct EventRepository: Sendable {
             let filter: SQL = sleep
                 ? "e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
                 : "e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'feeding_started_at' AND e.end_time IS NULL AND e.deleted_at IS NULL"
-            let childFilter: SQL = child.map { "e.child_id = \($0)" } ?? "true"
-            guard let existing = try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(childFilter) AND \(filter) LIMIT 1").first else {
+            guard let existing = try await pool.query("SELECT \(Event.columns) FROM events e WHERE e.child_id = \(child) AND \(filter) LIMIT 1").first else {
                 throw StoreError.map(error)
             }
             let event = try existing.decode(as: Event.Row.self).event()
@@ -84,6 +85,9 @@ public struct EventRepository: Sendable {
             throw StoreError.map(error)
         }
     }
+
+    /// The child of an event, as a SQL expression.
+    static func childOf(_ eventID: UUID) -> SQL { "(SELECT child_id FROM events WHERE id = \(eventID))" }
 
     /// Decodes `SELECT (…) AS my_role, r.* … LEFT JOIN r`: `notFound` for a non-member, `nil`
     /// when the member's statement matched nothing.
@@ -104,7 +108,7 @@ public struct EventRepository: Sendable {
     /// Ends the running sleep; the result carries its duration ("Ended sleep (1h 20m)").
     public func endSleep(for childID: UUID, at end: EventTimestamp, as actingUser: UUID) async throws -> EndedSleep {
         try Validate.timestamp(end, field: "end")
-        let rows = try await eventErrors(child: childID) {
+        let rows = try await eventErrors(child: "\(childID)") {
             try await pool.query("""
                 WITH me AS (\(Authorization.membership(of: childID, for: actingUser))),
                 ended AS (
@@ -162,7 +166,7 @@ public struct EventRepository: Sendable {
     private func changeBottle(_ bottleID: UUID, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
         let rows: PostgresRows
         do {
-            rows = try await eventErrors(child: nil) {
+            rows = try await eventErrors(child: Self.childOf(bottleID)) {
                 try await pool.query("""
                     WITH target AS (
                         SELECT e.id, e.child_id FROM events e
@@ -199,7 +203,7 @@ public struct EventRepository: Sendable {
         let end = changes.end ?? current.end
         let notes = changes.notes ?? current.notes
         try Validate.event(payload: payload, start: start, end: end, notes: notes)
-        let rows = try await eventErrors(child: current.childID) {
+        let rows = try await eventErrors(child: "\(current.childID)") {
             try await pool.query("""
                 WITH target AS (
                     SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
@@ -259,7 +263,7 @@ public struct EventRepository: Sendable {
     /// One UPDATE of an event the acting user may see, when `condition` holds: the changed
     /// event, `nil` when the condition did not hold, `notFound` for anyone else's event.
     private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
-        let rows = try await eventErrors(child: nil) {
+        let rows = try await eventErrors(child: Self.childOf(eventID)) {
             try await pool.query("""
                 WITH target AS (
                     SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
