@@ -164,28 +164,18 @@ public struct EventRepository: Sendable {
 
     /// One UPDATE of an open (not finished, not deleted) prepared bottle the acting user may see.
     private func changeBottle(_ bottleID: UUID, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
-        let rows: PostgresRows
+        let open: SQL = """
+            e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'amount_prepared_ml'
+            AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition)
+            """
         do {
-            rows = try await eventErrors(child: Self.childOf(bottleID)) {
-                try await pool.query("""
-                    WITH target AS (
-                        SELECT e.id, e.child_id FROM events e
-                        WHERE e.id = \(bottleID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
-                    ), changed AS (
-                        UPDATE events e SET \(set), updated_by = \(actingUser)
-                        WHERE e.id = \(bottleID) AND EXISTS (SELECT FROM target)
-                          AND e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'amount_prepared_ml'
-                          AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition)
-                        RETURNING \(Event.columns)
-                    )
-                    SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
-                    """)
+            guard let event = try await changeVisibleEvent(bottleID, as: actingUser, set: set, when: open) else {
+                throw StoreError.stateConflict(reason: refusal)
             }
+            return event
         } catch StoreError.invalid(let field, let reason) where field == "payload" && invalidField != nil {
             throw StoreError.invalid(field: invalidField ?? field, reason: reason)
         }
-        guard let event = try Self.memberEvent(rows) else { throw StoreError.stateConflict(reason: refusal) }
-        return event
     }
 
     // MARK: Edits and deletes
@@ -203,24 +193,12 @@ public struct EventRepository: Sendable {
         let end = changes.end ?? current.end
         let notes = changes.notes ?? current.notes
         try Validate.event(payload: payload, start: start, end: end, notes: notes)
-        let rows = try await eventErrors(child: "\(current.childID)") {
-            try await pool.query("""
-                WITH target AS (
-                    SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
-                ), changed AS (
-                    UPDATE events e SET
-                        data = \(json: EventData(payload)), notes = \(notes),
-                        start_time = \(start.utc), start_tz = \(start.timeZone), start_offset_seconds = \(start.offsetSeconds),
-                        end_time = \(end?.utc), end_tz = \(end?.timeZone), end_offset_seconds = \(end?.offsetSeconds),
-                        updated_by = \(actingUser)
-                    WHERE e.id = \(eventID) AND EXISTS (SELECT FROM target) AND e.revision = \(expectedRevision)
-                      AND e.deleted_at IS NULL AND e.event_type = \(payload.type)
-                    RETURNING \(Event.columns)
-                )
-                SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
-                """)
-        }
-        if let updated = try Self.memberEvent(rows) { return updated }
+        let applied = try await changeVisibleEvent(eventID, as: actingUser, set: """
+            data = \(json: EventData(payload)), notes = \(notes),
+            start_time = \(start.utc), start_tz = \(start.timeZone), start_offset_seconds = \(start.offsetSeconds),
+            end_time = \(end?.utc), end_tz = \(end?.timeZone), end_offset_seconds = \(end?.offsetSeconds)
+            """, when: "e.revision = \(expectedRevision) AND e.deleted_at IS NULL AND e.event_type = \(payload.type)")
+        if let applied { return applied }
         // Not applied: read the latest version (after any concurrent commit) for the caller.
         let latest = try await get(eventID, as: actingUser)
         if latest.isDeleted { throw StoreError.stateConflict(reason: "the event was deleted; restore it first") }
