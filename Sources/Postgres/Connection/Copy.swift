@@ -106,12 +106,7 @@ extension PostgresConnection {
         let statement = try SQL("COPY \(target) (\(columnList)) FROM STDIN WITH (FORMAT binary)").render(quoteIdentifier: escapeIdentifier)
         return try await runCancellable {
             let connection = try self.liveConnection()
-            guard let started = PQexec(connection, statement.text) else { throw self.connectionError(connection, query: statement.text) }
-            guard PQresultStatus(started) == PGRES_COPY_IN else {
-                _ = try self.check(started, query: statement.text) // throws the server's error
-                throw PostgresError(kind: .protocolViolation, message: "COPY did not start")
-            }
-            PQclear(started)
+            try self.startCopy(connection, statement.text, expecting: PGRES_COPY_IN)
             var writer = PostgresCopyWriter(connection: connection, fieldCount: columns.count)
             do {
                 try rows(&writer)
@@ -154,12 +149,7 @@ extension PostgresConnection {
         let statement = try sql.render(quoteIdentifier: escapeIdentifier)
         return try await runCancellable {
             let connection = try self.liveConnection()
-            guard let started = PQexec(connection, statement.text) else { throw self.connectionError(connection, query: statement.text) }
-            guard PQresultStatus(started) == PGRES_COPY_OUT else {
-                _ = try self.check(started, query: statement.text)
-                throw PostgresError(kind: .protocolViolation, message: "COPY did not start")
-            }
-            PQclear(started)
+            try self.startCopy(connection, statement.text, expecting: PGRES_COPY_OUT)
             var failure: (any Error)?
             while true {
                 var chunk: UnsafeMutablePointer<CChar>?
@@ -189,6 +179,17 @@ extension PostgresConnection {
             }
             return try self.finishCopy(connection, query: statement.text)
         }
+    }
+
+    /// Sends the COPY statement and checks that the server entered `status`; a refusal (a bad
+    /// column, a missing table) comes back as its own error.
+    private func startCopy(_ connection: OpaquePointer, _ text: String, expecting status: ExecStatusType) throws {
+        guard let started = PQexec(connection, text) else { throw connectionError(connection, query: text) }
+        guard PQresultStatus(started) == status else {
+            _ = try check(started, query: text) // throws the server's error
+            throw PostgresError(kind: .protocolViolation, message: "COPY did not start")
+        }
+        PQclear(started)
     }
 
     /// Reads the COPY's final result and drains libpq to idle before reporting it, so an error

@@ -33,9 +33,8 @@ extension PostgresConnection {
         var prepared: [PreparedStatement] = []
         prepared.reserveCapacity(rendered.count)
         // The batch's own statements must survive until it is sent: no eviction among them.
-        evictionFloor = useCounter + 1
-        defer { evictionFloor = 0 }
-        for statement in rendered { prepared.append(try preparedStatement(for: statement)) }
+        let floor = useCounter + 1
+        for statement in rendered { prepared.append(try preparedStatement(for: statement, keepingFrom: floor)) }
         return try await runCancellable { try self.runPipeline(rendered, prepared) }
     }
 

@@ -34,12 +34,9 @@ public actor PostgresConnection {
     private var statements: [String: PreparedStatement] = [:]
     private var statementCounter = 0
     var useCounter = 0
-    /// While a pipeline prepares its batch, entries used from here on are not evicted.
-    var evictionFloor = 0
 
     // An open single-row stream (see RowStream.swift), and its statement's cache key.
     var openStream: StreamHandle?
-    var openStreamKey: String?
 
     // Transactions
     private var transactionToken: UInt64?
@@ -314,7 +311,10 @@ public actor PostgresConnection {
         error.sqlState == "26000" || (error.sqlState == "0A000" && error.sourceFunction == "RevalidateCachedQuery")
     }
 
-    func preparedStatement(for rendered: RenderedSQL) throws -> PreparedStatement {
+    /// The prepared statement for `rendered`, from the cache or prepared now. Entries used at
+    /// or after `keepingFrom` (a `useCounter` value) are never evicted to make room: a pipeline
+    /// passes its batch's start so that it cannot evict its own statements.
+    func preparedStatement(for rendered: RenderedSQL, keepingFrom floor: Int = 0) throws -> PreparedStatement {
         useCounter += 1
         let key = rendered.cacheKey
         if var cached = statements[key] {
@@ -324,7 +324,7 @@ public actor PostgresConnection {
         }
         let connection = try liveConnection()
         let capacity = configuration.statementCacheCapacity
-        if capacity > 0 && statements.count >= capacity { evictLeastRecentlyUsed(connection) }
+        if capacity > 0 && statements.count >= capacity { evictLeastRecentlyUsed(connection, keepingFrom: floor) }
         statementCounter += 1
         let name = capacity > 0 ? "bb_\(statementCounter)" : ""
         let prepared = rendered.types.withUnsafeBufferPointer { types in
@@ -338,9 +338,9 @@ public actor PostgresConnection {
         return statement
     }
 
-    private func evictLeastRecentlyUsed(_ connection: OpaquePointer) {
+    private func evictLeastRecentlyUsed(_ connection: OpaquePointer, keepingFrom floor: Int) {
         guard PQtransactionStatus(connection) != PQTRANS_INERROR,
-              let oldest = statements.filter({ evictionFloor == 0 || $0.value.lastUse < evictionFloor })
+              let oldest = statements.filter({ floor == 0 || $0.value.lastUse < floor })
                 .min(by: { $0.value.lastUse < $1.value.lastUse }) else { return }
         statements[oldest.key] = nil
         if let result = PQexec(connection, "DEALLOCATE \(oldest.value.name)") { PQclear(result) }

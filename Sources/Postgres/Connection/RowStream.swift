@@ -3,6 +3,9 @@ import Foundation
 
 /// Shared by a row stream's iterator and its connection: whether the consumer went away.
 final class StreamHandle: @unchecked Sendable {
+    /// The statement's cache key, to forget a plan the server invalidated.
+    let cacheKey: String
+    init(cacheKey: String) { self.cacheKey = cacheKey }
     private let lock = NSLock()
     private var abandonedFlag = false
     var abandoned: Bool { lock.withLock { abandonedFlag } }
@@ -73,9 +76,8 @@ extension PostgresConnection {
         } ?? 0
         guard sent == 1 else { throw connectionError(connection, query: rendered.text) }
         _ = PQsetSingleRowMode(connection)
-        let handle = StreamHandle()
+        let handle = StreamHandle(cacheKey: rendered.cacheKey)
         openStream = handle
-        openStreamKey = rendered.cacheKey
         return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
     }
 
@@ -106,7 +108,7 @@ extension PostgresConnection {
                 let error = self.makeError(result, connection: connection, query: "stream")
                 PQclear(result)
                 while let extra = PQgetResult(connection) { PQclear(extra) }
-                if Self.isStalePlan(error), let key = self.openStreamKey { self.dropCachedStatement(key) }
+                if Self.isStalePlan(error) { self.dropCachedStatement(handle.cacheKey) }
                 if PQstatus(connection) == CONNECTION_BAD { self.brokenFlag.store(true, ordering: .releasing) }
                 throw error
             }

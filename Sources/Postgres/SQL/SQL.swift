@@ -134,20 +134,10 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
 
 /// An `Encodable` sent as jsonb.
 struct AnyJSON: PostgresEncodable {
-    let encodeBody: @Sendable (inout [UInt8]) throws(PostgresError) -> Void
-    init<T: Encodable & Sendable>(_ value: T) {
-        encodeBody = { (buffer: inout [UInt8]) throws(PostgresError) in
-            do {
-                let data = try JSONCoding.encoder.encode(value)
-                buffer.append(1)
-                buffer.append(contentsOf: data)
-            } catch {
-                throw PostgresError(kind: .invalidParameter, message: "cannot encode \(T.self) as JSON: \(error)")
-            }
-        }
-    }
+    let value: any Encodable & Sendable
+    init<T: Encodable & Sendable>(_ value: T) { self.value = value }
     static var postgresType: PostgresType { .jsonb }
-    func encode(into buffer: inout [UInt8]) throws(PostgresError) { try encodeBody(&buffer) }
+    func encode(into buffer: inout [UInt8]) throws(PostgresError) { try JSONCoding.appendJSONB(value, into: &buffer) }
 }
 
 /// A statement ready for libpq: text with `$n`, parameter types and binary values.
@@ -178,9 +168,9 @@ struct RenderedSQL {
         }
     }
 
-    var cacheKey: String {
-        types.isEmpty ? text : text + "\u{0}" + types.map(String.init).joined(separator: ",")
-    }
+    /// The statement cache's key: the text, plus the parameter types (the same text with other
+    /// types is another prepared statement). Set once by `render`.
+    var cacheKey = ""
 }
 
 extension SQL {
@@ -221,6 +211,7 @@ extension SQL {
             throw PostgresError(kind: .invalidParameter, message: "a statement can have at most 65535 parameters; this one has \(rendered.types.count)")
         }
         rendered.buffer.append(0)
+        rendered.cacheKey = rendered.types.isEmpty ? rendered.text : rendered.text + "\u{0}" + rendered.types.map(String.init).joined(separator: ",")
         return rendered
     }
 }

@@ -16,13 +16,7 @@ public struct PostgresJSON<Value: Codable & Sendable>: Sendable, PostgresEncodab
     public static var postgresType: PostgresType { .jsonb }
 
     public func encode(into buffer: inout [UInt8]) throws(PostgresError) {
-        do {
-            let data = try JSONCoding.encoder.encode(value)
-            buffer.append(1) // jsonb binary format version
-            buffer.append(contentsOf: data)
-        } catch {
-            throw PostgresError(kind: .invalidParameter, message: "cannot encode \(Value.self) as JSON: \(error)")
-        }
+        try JSONCoding.appendJSONB(value, into: &buffer)
     }
 
     public init(from cell: PostgresCell) throws {
@@ -47,6 +41,17 @@ enum JSONCoding {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         return decoder
+    }
+
+    /// Appends `value` in jsonb's binary form: the format version, then the JSON text.
+    static func appendJSONB<T: Encodable>(_ value: T, into buffer: inout [UInt8]) throws(PostgresError) {
+        do {
+            let data = try encoder.encode(value)
+            buffer.append(1) // jsonb binary format version
+            buffer.append(contentsOf: data)
+        } catch {
+            throw PostgresError(kind: .invalidParameter, message: "cannot encode \(T.self) as JSON: \(error)")
+        }
     }
 
     /// The JSON text of a json/jsonb/text cell.
