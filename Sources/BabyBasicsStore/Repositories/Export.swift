@@ -46,9 +46,7 @@ extension EventRepository {
               AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
             ORDER BY e.start_time, e.id
             """
-        try await requireCaregiver(of: childID, actingUser)
-        try await write(Self.csvHeader + "\r\n")
-        try await stream(query, cursor: "bb_export_csv") { rows in
+        try await stream(query, cursor: "bb_export_csv", ifMember: (childID, actingUser), start: { try await write(Self.csvHeader + "\r\n") }) { rows in
             var chunk = ""
             for row in rows {
                 let line = try CSVRow(row)
@@ -90,17 +88,24 @@ extension EventRepository {
         try await write("]}")
     }
 
-    private func requireCaregiver(of childID: UUID, _ actingUser: UUID) async throws {
-        guard try await pool.query("SELECT FROM caregivers WHERE child_id = \(childID) AND user_id = \(actingUser)").first != nil else {
-            throw StoreError.notFound
-        }
-    }
-
     /// Runs `query` through a server-side cursor in a read-only, repeatable-read transaction
     /// and hands each batch of rows to `body`.
-    func stream(_ query: SQL, cursor name: String, _ body: @escaping @Sendable (PostgresRows) async throws -> Void) async throws {
+    ///
+    /// With `ifMember`, the caregiver check runs first in the same transaction (so on the same
+    /// snapshot as the rows): a non-member gets `notFound`, and `start` runs only for a member.
+    func stream(
+        _ query: SQL, cursor name: String, ifMember member: (child: UUID, user: UUID)? = nil,
+        start: @escaping @Sendable () async throws -> Void = {},
+        _ body: @escaping @Sendable (PostgresRows) async throws -> Void
+    ) async throws {
         try await mappingErrors {
             try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
+                if let member {
+                    guard try await connection.query(Authorization.membership(of: member.child, for: member.user)).first != nil else {
+                        throw StoreError.notFound
+                    }
+                }
+                try await start()
                 try await connection.execute("DECLARE \(identifier: name) NO SCROLL CURSOR FOR \(query)")
                 while true {
                     let rows = try await connection.query("FETCH FORWARD 500 FROM \(identifier: name)")
