@@ -83,7 +83,13 @@ public struct Migrator: Sendable {
     /// applied (or, with `dryRun`, what it would apply; nothing is changed then).
     @discardableResult
     public func up(to target: Int? = nil, dryRun: Bool = false, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
-        let files = try files()
+        try await up(files(), to: target, dryRun: dryRun, progress: progress)
+    }
+
+    /// `up` over the given files instead of the folder's (the drift check applies exactly the
+    /// files that were applied to the live database).
+    @discardableResult
+    func up(_ files: [MigrationFile], to target: Int? = nil, dryRun: Bool = false, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
         if let target, !files.contains(where: { $0.version == target }) {
             throw MigratorError.configuration("--to \(target): there is no migration file with that version", fix: "pick one of: \(files.map { MigrationFile.format($0.version) }.joined(separator: ", "))")
         }
@@ -303,11 +309,11 @@ public struct Migrator: Sendable {
     /// Records every file up to `version` as applied, without running it, for a database that
     /// already has that schema. Refused when the history is not empty.
     public func baseline(_ version: Int) async throws -> [MigrationEntry] {
-        let files = try files().filter { $0.version <= version }
+        let allFiles = try self.files()
+        let files = allFiles.filter { $0.version <= version }
         guard files.contains(where: { $0.version == version }) else {
             throw MigratorError.configuration("there is no migration file with version \(version)", fix: "pass the version of an existing file")
         }
-        let allFiles = try self.files()
         return try await withMigrationLock { connection in
             try await MigrationHistory.create(connection)
             let existing = try await MigrationHistory.read(connection)

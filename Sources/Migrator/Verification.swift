@@ -74,17 +74,12 @@ extension Migrator {
         do {
             var scratchConfiguration = serverConfiguration
             scratchConfiguration.database = name
-            let scratchDirectory = FileManager.default.temporaryDirectory.appendingPathComponent(name)
-            try FileManager.default.createDirectory(at: scratchDirectory, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: scratchDirectory) }
-            for file in files { try FileManager.default.copyItem(at: file.url, to: scratchDirectory.appendingPathComponent(file.fileName)) }
             var scratchOptions = options
-            scratchOptions.directory = scratchDirectory
             scratchOptions.log = { _ in }
             scratchOptions.allowOutOfOrder = true
             let builder = Migrator(configuration: scratchConfiguration, options: scratchOptions, targetDescription: "the scratch database")
             do {
-                try await builder.up()
+                try await builder.up(files)
             } catch let error as MigratorError {
                 throw MigratorError.verification("the migration files do not apply cleanly to an empty database: \(error.message)", fix: error.fix)
             }
