@@ -63,9 +63,28 @@ public enum MigrationHistory {
         COMMENT ON TABLE bbmigrate.statement_progress IS 'Statements of a -- bbmigrate:no-transaction file already run; a rerun skips them. Cleared when the file is recorded.';
         """
 
-    /// Creates the tables if missing (call while holding the migration lock).
-    static func create(_ connection: PostgresConnection) async throws {
-        try await connection.transaction { try await $0.executeUnsafeRawSQL(createSQL) }
+    /// Added after the first release: the checksum of each statement that ran, so that a file
+    /// edited after a partial run cannot be half-skipped on resume.
+    static let upgradeSQL = """
+        ALTER TABLE bbmigrate.statement_progress ADD COLUMN IF NOT EXISTS statement_checksum text;
+        COMMENT ON COLUMN bbmigrate.statement_progress.statement_checksum IS 'SHA-256 of the statement''s text as it ran; a resumed run refuses a file whose already-run statements changed.';
+        """
+
+    /// Creates the tables if missing, and adds what later versions of bbmigrate need (call
+    /// while holding the migration lock). Touches nothing when everything is there, so a role
+    /// without CREATE on the database can migrate once the schema exists.
+    static func createOrUpgrade(_ connection: PostgresConnection, exists: Bool) async throws {
+        if !exists {
+            try await connection.transaction { try await $0.executeUnsafeRawSQL(createSQL + upgradeSQL) }
+            return
+        }
+        let current = try await connection.fetchValue(Bool.self, """
+            SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = 'bbmigrate.statement_progress'::regclass
+                           AND attname = 'statement_checksum' AND NOT attisdropped)
+            """) ?? false
+        if !current {
+            try await connection.transaction { try await $0.executeUnsafeRawSQL(upgradeSQL) }
+        }
     }
 
     /// Whether the history table exists.

@@ -78,10 +78,9 @@ public struct MigrationEntry: Sendable, Codable, Equatable {
 /// ```swift
 /// try await migrator.up { print("applied \($0.id) in \($0.durationMs) ms") }
 /// ```
-public struct AppliedMigration: Sendable, Codable {
+public struct AppliedMigration: Sendable, Codable, Equatable {
     public var version: Int
     public var name: String
     public var durationMs: Int
-    public var dryRun: Bool
     public var id: String { "\(MigrationFile.format(version))_\(name)" }
 }

@@ -3,10 +3,17 @@ import Postgres
 
 /// Applies, inspects and verifies the SQL migrations of one database.
 ///
-/// Every file runs in its own transaction together with its history row, so a failure leaves
-/// the database exactly as it was before that file. Runs are serialized by an advisory lock
-/// taken by polling; migration sessions set `lock_timeout` so a migration stuck behind the
-/// app's traffic fails fast instead of blocking it.
+/// Every file runs in its own transaction together with its history row, statement by
+/// statement as `psql -1 -f` would send them, so a failure leaves the database exactly as it was
+/// before that file. A file whose leading comments say `-- bbmigrate:no-transaction` runs its
+/// statements one by one outside a transaction, recording each as it completes. Runs are
+/// serialized by an advisory lock held on the working session (see `MigrationSession`);
+/// migration statements get `lock_timeout`, so one stuck behind the app's traffic fails fast
+/// instead of blocking it.
+///
+/// Before anything runs, every pending file is read strictly (UTF-8, cut as psql cuts it) and
+/// checked: no transaction control in it, no statement that cannot run in a transaction unless
+/// the file is marked, no psql meta-command.
 ///
 /// ```swift
 /// let migrator = Migrator(configuration: PostgresConfiguration(url), options: .init(directory: migrationsURL))
@@ -24,21 +31,24 @@ public struct Migrator: Sendable {
         public var directory: URL
         /// How long to wait for another run's migration lock.
         public var lockTimeout: Duration
-        /// `lock_timeout` of migration sessions: how long a DDL statement may wait for a table lock.
+        /// `lock_timeout` of migration statements: how long one may wait for a table lock.
         public var ddlLockTimeout: Duration
         /// Apply pending files older than the newest applied one.
         public var allowOutOfOrder: Bool
+        /// Refuse a transaction pooler (on by default; the scratch database of `verify` skips it).
+        public var detectPooler: Bool
         /// Progress messages (stderr in the CLI).
         public var log: @Sendable (String) -> Void
 
         public init(
             directory: URL, lockTimeout: Duration = .seconds(60), ddlLockTimeout: Duration = .seconds(10),
-            allowOutOfOrder: Bool = false, log: @escaping @Sendable (String) -> Void = { _ in }
+            allowOutOfOrder: Bool = false, detectPooler: Bool = true, log: @escaping @Sendable (String) -> Void = { _ in }
         ) {
             self.directory = directory
             self.lockTimeout = lockTimeout
             self.ddlLockTimeout = ddlLockTimeout
             self.allowOutOfOrder = allowOutOfOrder
+            self.detectPooler = detectPooler
             self.log = log
         }
     }
@@ -51,16 +61,33 @@ public struct Migrator: Sendable {
     public init(configuration: PostgresConfiguration, options: Options, targetDescription: String = "the database") {
         var configuration = configuration
         configuration.applicationName = configuration.applicationName ?? "bbmigrate"
+        configuration.statementCacheCapacity = 0
         self.configuration = configuration
         self.options = options
         self.targetDescription = targetDescription
     }
 
+    /// A plain connection for reading (status, dry run): no lock, no pooler check.
     func connect() async throws -> PostgresConnection {
         do {
             return try await PostgresConnection.connect(configuration)
         } catch {
-            throw MigratorError.wrapConnection(error, target: targetDescription)
+            throw MigratorError.classify(error, target: targetDescription)
+        }
+    }
+
+    /// Opens the working session and takes the migration lock, runs `body`, and releases both.
+    func withLockedSession<T: Sendable>(purpose: String, _ body: (MigrationSession) async throws -> T) async throws -> T {
+        let session = try await MigrationSession.open(configuration, target: targetDescription, detectPooler: options.detectPooler)
+        do {
+            try await session.acquireLock(timeout: options.lockTimeout, purpose: purpose, log: options.log)
+            let value = try await body(session)
+            await session.releaseLock()
+            await session.close()
+            return value
+        } catch {
+            await session.close()
+            throw MigratorError.classify(error, target: targetDescription)
         }
     }
 
@@ -79,82 +106,72 @@ public struct Migrator: Sendable {
 
     // MARK: up
 
-    /// Applies the pending files in version order, up to `target` if given. Returns what it
-    /// applied (or, with `dryRun`, what it would apply; nothing is changed then).
+    /// Applies the pending files in version order, up to `target` if given, and returns what
+    /// it applied. `progress` hears of each file as soon as it is recorded, so a caller still
+    /// knows what was applied when a later file fails.
     @discardableResult
-    public func up(to target: Int? = nil, dryRun: Bool = false, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
-        try await up(files(), to: target, dryRun: dryRun, progress: progress)
+    public func up(to target: Int? = nil, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
+        try await up(files(), to: target, progress: progress)
     }
 
     /// `up` over the given files instead of the folder's (the drift check applies exactly the
     /// files that were applied to the live database).
     @discardableResult
-    func up(_ files: [MigrationFile], to target: Int? = nil, dryRun: Bool = false, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
+    func up(_ files: [MigrationFile], to target: Int? = nil, progress: @Sendable (AppliedMigration) -> Void = { _ in }) async throws -> [AppliedMigration] {
+        try checkTarget(target, in: files)
+        return try await withLockedSession(purpose: "up") { session in
+            let connection = session.connection
+            let hasHistory = try await MigrationHistory.exists(connection)
+            // Read the history only now that the lock is ours.
+            let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
+            let plan = try await plan(entries, files: files, target: target, connection: connection)
+            try await MigrationHistory.createOrUpgrade(connection, exists: hasHistory)
+            var applied: [AppliedMigration] = []
+            for planned in plan {
+                let result = try await apply(planned, in: session)
+                applied.append(result)
+                progress(result)
+                try await session.resetState()
+                try await session.ensureLockHeld(after: planned.file.fileName)
+            }
+            return applied
+        }
+    }
+
+    /// What `up` would run, statement by statement, without changing anything.
+    ///
+    /// ```swift
+    /// for file in try await migrator.dryRun() { print(file.script(ddlLockTimeout: .seconds(10))) }
+    /// ```
+    public func dryRun(to target: Int? = nil) async throws -> [PlannedMigration] {
+        let files = try files()
+        try checkTarget(target, in: files)
+        let connection = try await connect()
+        defer { Task { await connection.close() } }
+        let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
+        return try await plan(entries, files: files, target: target, connection: connection)
+    }
+
+    private func checkTarget(_ target: Int?, in files: [MigrationFile]) throws {
         if let target, !files.contains(where: { $0.version == target }) {
             throw MigratorError.configuration("--to \(target): there is no migration file with that version", fix: "pick one of: \(files.map { MigrationFile.format($0.version) }.joined(separator: ", "))")
         }
-        for file in files { try Self.checkShape(of: file) }
-
-        if dryRun {
-            let connection = try await connect()
-            defer { Task { await connection.close() } }
-            let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
-            let plan = try await plan(entries, files: files, target: target, hasHistory: try await MigrationHistory.exists(connection), connection: connection)
-            let would = plan.map { AppliedMigration(version: $0.version, name: $0.name, durationMs: 0, dryRun: true) }
-            would.forEach(progress)
-            return would
-        }
-        return try await withMigrationLock { connection in
-            try await upLocked(files: files, target: target, connection: connection, progress: progress)
-        }
     }
 
-    private func upLocked(files: [MigrationFile], target: Int?, connection: PostgresConnection, progress: @Sendable (AppliedMigration) -> Void) async throws -> [AppliedMigration] {
-        try await waitForKilledRuns(connection)
-        let hasHistory = try await MigrationHistory.exists(connection)
-        // Read the history only now that the lock is ours.
-        let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
-        let plan = try await plan(entries, files: files, target: target, hasHistory: hasHistory, connection: connection)
-        if !hasHistory { try await MigrationHistory.create(connection) }
-        try await connection.execute("SELECT set_config('client_connection_check_interval', '1000', false)")
-        var applied: [AppliedMigration] = []
-        for file in plan {
-            let result = try await apply(file, on: connection)
-            applied.append(result)
-            progress(result)
-        }
-        return applied
-    }
-
-    /// A killed run's statement may still be running on the server for a moment (the server
-    /// notices the dead client within `client_connection_check_interval`). Wait for it.
-    private func waitForKilledRuns(_ connection: PostgresConnection) async throws {
-        let clock = ContinuousClock()
-        let deadline = clock.now + options.lockTimeout
-        while clock.now < deadline {
-            let busy = try await connection.fetchValue(Int.self, """
-                SELECT count(*) FROM pg_stat_activity
-                WHERE datname = current_database() AND pid <> pg_backend_pid()
-                  AND application_name = \(configuration.applicationName ?? "bbmigrate") AND state <> 'idle'
-                  AND query NOT LIKE '%pg_try_advisory_lock%' AND query NOT LIKE '%pg_locks%'
-                """) ?? 0
-            if busy == 0 { return }
-            options.log("waiting for \(busy) statement(s) of an interrupted bbmigrate run to end on the server")
-            try await Task.sleep(for: .milliseconds(250))
-        }
-    }
-
-    /// Which files to apply, refusing changed, missing and (unless allowed) out-of-order ones.
-    private func plan(_ entries: [MigrationEntry], files: [MigrationFile], target: Int?, hasHistory: Bool, connection: PostgresConnection) async throws -> [MigrationFile] {
+    /// Which files to apply, refusing changed, missing and (unless allowed) out-of-order ones,
+    /// and checking every file to apply before any of them runs.
+    private func plan(_ entries: [MigrationEntry], files: [MigrationFile], target: Int?, connection: PostgresConnection) async throws -> [PlannedMigration] {
         if !entries.contains(where: { $0.state == .applied || $0.state == .changed || $0.state == .missing }) {
             let objects = try await connection.fetchValue(Int.self, """
                 SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'bbmigrate') AND n.nspname NOT LIKE 'pg\\_%'
                   AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+                  AND NOT EXISTS (SELECT FROM pg_depend d
+                                  WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
                 """) ?? 0
             if objects > 0 {
                 throw MigratorError.configuration(
-                    "\(targetDescription) already holds \(objects) tables, views or sequences but has no migration history, so bbmigrate cannot tell which migrations it contains",
+                    "\(targetDescription) already holds \(objects) tables, views or sequences (not counting extensions' own) but has no migration history, so bbmigrate cannot tell which migrations it contains",
                     fix: "if it already has the schema up to version N, record that with `bbmigrate baseline N`; otherwise point --url at an empty database")
             }
         }
@@ -175,132 +192,98 @@ public struct Migrator: Sendable {
                 fix: "renumber it after the newest version, or apply it anyway with --allow-out-of-order")
         }
         let wanted = Set(entries.filter { $0.state == .pending || $0.state == .outOfOrder }.map(\.version))
-        return files.filter { file in wanted.contains(file.version) && file.version <= (target ?? Int.max) }
+        return try files.filter { wanted.contains($0.version) && $0.version <= (target ?? Int.max) }.map(PlannedMigration.init)
     }
 
-    /// Refuses files that would break the one-transaction rule.
-    static func checkShape(of file: MigrationFile) throws {
-        let statements = SQLStatementSplitter.statements(file.sql)
-        let control = /^(BEGIN|COMMIT|ROLLBACK|END|START\s+TRANSACTION|ABORT)\b/.ignoresCase()
-        if let statement = statements.first(where: { $0.text.firstMatch(of: control) != nil }) {
-            throw MigratorError.configuration(
-                "\(file.fileName):\(statement.line): the file controls transactions itself (\(statement.text.prefix(20))…); bbmigrate runs each file in its own transaction",
-                fix: "remove BEGIN/COMMIT from the file")
-        }
-        guard file.runsOutsideTransaction else { return }
-        if let mixed = statements.first(where: { !SQLStatementSplitter.needsNoTransaction($0.text) }) {
-            throw MigratorError.configuration(
-                "\(file.fileName):\(mixed.line): a -- bbmigrate:no-transaction file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …), but it has: \(mixed.text.prefix(60))",
-                fix: "move that statement to a normal migration file")
-        }
-    }
+    // MARK: Applying one file
 
     private var lockTimeoutMilliseconds: String { String(options.ddlLockTimeout.milliseconds) }
 
-    private func apply(_ file: MigrationFile, on connection: PostgresConnection) async throws -> AppliedMigration {
+    private func apply(_ planned: PlannedMigration, in session: MigrationSession) async throws -> AppliedMigration {
+        let file = planned.file
         options.log("applying \(file.fileName)…")
         let clock = ContinuousClock()
         let started = clock.now
         let timeout = lockTimeoutMilliseconds
-        do {
-            if file.runsOutsideTransaction {
-                try await applyOutsideTransaction(file, on: connection, lockTimeout: timeout)
-            } else {
-                // Statement by statement inside the one transaction, so an error without a
-                // position (division by zero, a constraint) still names its line. A SQL-standard
-                // function body (BEGIN ATOMIC … END) holds bare semicolons: such a file runs whole.
-                let statements = file.sql.range(of: "BEGIN ATOMIC", options: .caseInsensitive) == nil
-                    ? SQLStatementSplitter.statements(file.sql) : [SQLStatementSplitter.Statement(text: file.sql, line: 1)]
-                try await connection.transaction { connection in
+        if file.runsOutsideTransaction {
+            try await NoTransactionRun(file: file, statements: planned.statements, migrator: self, session: session).run(lockTimeout: timeout)
+        } else {
+            do {
+                try await session.connection.transaction { connection in
                     try await connection.execute("SELECT set_config('lock_timeout', \(timeout), true)")
-                    for statement in statements {
+                    for statement in planned.statements {
                         do {
                             try await connection.executeUnsafeRawSQL(statement.text)
                         } catch let error as PostgresError {
                             throw StatementFailure(error: error, statement: statement)
                         }
+                        try checkStringMode(connection.parameterStatus("standard_conforming_strings"), file: file, statement: statement)
                     }
-                    let elapsed = clock.now - started
-                    try await MigrationHistory.record(connection, file, durationMs: elapsed.milliseconds)
+                    // The file may have changed the role or the timeouts: record as the migration user.
+                    try await connection.executeUnsafeRawSQL("SET SESSION AUTHORIZATION DEFAULT; RESET statement_timeout")
+                    try await MigrationHistory.record(connection, file, durationMs: (clock.now - started).milliseconds)
                 }
+            } catch let failure as StatementFailure {
+                throw locate(failure.error, in: file, statement: failure.statement, partially: false)
+            } catch let error as PostgresError {
+                throw describe(error, in: file, partially: false)
             }
-            // A file's plain SET commands must not leak into the next file.
-            try await connection.executeUnsafeRawSQL("RESET ALL")
-            try await connection.execute("SELECT set_config('client_connection_check_interval', '1000', false)")
-        } catch let failure as StatementFailure {
-            throw locate(failure.error, in: file, statement: failure.statement)
-        } catch let error as PostgresError {
-            throw describe(error, in: file, text: file.sql)
         }
-        let elapsed = clock.now - started
-        return AppliedMigration(version: file.version, name: file.name, durationMs: elapsed.milliseconds, dryRun: false)
+        return AppliedMigration(version: file.version, name: file.name, durationMs: (clock.now - started).milliseconds)
     }
 
-    private func applyOutsideTransaction(_ file: MigrationFile, on connection: PostgresConnection, lockTimeout: String) async throws {
-        let statements = SQLStatementSplitter.statements(file.sql)
-        let done = Set(try await connection.query("""
-            SELECT statement_index FROM bbmigrate.statement_progress WHERE version = \(file.version) AND file_checksum = \(file.checksum)
-            """).decodeColumn(Int.self))
-        if !done.isEmpty { options.log("resuming \(file.fileName): \(done.count) of \(statements.count) statements already ran") }
-        try await connection.execute("SELECT set_config('lock_timeout', \(lockTimeout), false)")
-        let clock = ContinuousClock()
-        let started = clock.now
-        for (index, statement) in statements.enumerated() where !done.contains(index) {
-            do {
-                try await connection.executeUnsafeRawSQL(statement.text)
-            } catch let error as PostgresError {
-                throw locate(error, in: file, statement: statement)
-            }
-            try await connection.execute("""
-                INSERT INTO bbmigrate.statement_progress (version, statement_index, file_checksum) VALUES (\(file.version), \(index), \(file.checksum))
-                ON CONFLICT (version, statement_index) DO UPDATE SET file_checksum = excluded.file_checksum
-                """)
-        }
-        let elapsed = clock.now - started
-        try await connection.transaction { connection in
-            try await MigrationHistory.record(connection, file, durationMs: elapsed.milliseconds)
-            try await connection.execute("DELETE FROM bbmigrate.statement_progress WHERE version = \(file.version)")
+    /// A file that turns `standard_conforming_strings` off changes how the rest of it must be
+    /// read; bbmigrate cut it assuming `on`, so it stops.
+    func checkStringMode(_ status: String?, file: MigrationFile, statement: SQLScript.Statement) throws {
+        guard status == nil || status == "on" else {
+            throw MigratorError.configuration(
+                "\(file.fileName):\(statement.line): this statement turned standard_conforming_strings off, which changes how the rest of the file is read; bbmigrate does not support that",
+                fix: "remove the setting from \(file.fileName) (write E'…' strings where backslash escapes are meant)")
         }
     }
 
     struct StatementFailure: Error {
         let error: PostgresError
-        let statement: SQLStatementSplitter.Statement
+        let statement: SQLScript.Statement
     }
 
     /// Places an error of one statement at its line (and column, when the server gave a position).
-    func locate(_ error: PostgresError, in file: MigrationFile, statement: SQLStatementSplitter.Statement) -> MigratorError {
-        guard let position = error.position else { return describe(error, in: file, line: statement.line, column: 1) }
-        let inner = file.lineAndColumn(ofPosition: position, inText: statement.text)
-        return describe(error, in: file, line: statement.line + inner.line - 1, column: inner.column)
+    func locate(_ error: PostgresError, in file: MigrationFile, statement: SQLScript.Statement, partially: Bool) -> MigratorError {
+        guard let position = error.position else { return describe(error, in: file, line: statement.line, column: 1, partially: partially) }
+        let (line, column) = statement.lineAndColumn(ofCharacter: position)
+        return describe(error, in: file, line: line, column: column, partially: partially)
     }
 
-    /// `0005_events.sql:12:5: …` with the server's message, detail and hint.
-    func describe(_ error: PostgresError, in file: MigrationFile, text: String? = nil, line: Int? = nil, column: Int? = nil) -> MigratorError {
+    /// `0005_events.sql:12:5: …` with the server's message, detail and hint. `partially`: some
+    /// statements of this (no-transaction) file are applied.
+    func describe(_ error: PostgresError, in file: MigrationFile, line: Int? = nil, column: Int? = nil, partially: Bool, cleanup: String? = nil) -> MigratorError {
         var location = file.fileName
-        if let line {
-            location += ":\(line):\(column ?? 1)"
-        } else if let position = error.position {
-            let (l, c) = file.lineAndColumn(ofPosition: position, inText: text)
-            location += ":\(l):\(c)"
-        }
+        if let line { location += ":\(line):\(column ?? 1)" }
         var message = "\(location): \(error.severity ?? "ERROR") \(error.sqlState.map { "\($0) " } ?? "")\(error.message)"
         if let detail = error.detail { message += "\n  detail: \(detail)" }
         if let hint = error.hint { message += "\n  hint: \(hint)" }
         if let context = error.context { message += "\n  context: \(context)" }
+        if let cleanup { message += "\n" + cleanup }
+        let lockWait = error.kind == .lockNotAvailable
+            ? "\nThe statement waited more than \(options.ddlLockTimeout) (--ddl-lock-timeout) for a lock: another session (a long query or an open transaction) holds one it needs."
+            : ""
+        if partially {
+            return .partiallyApplied(
+                message + lockWait + "\n\(file.fileName) is PARTIALLY APPLIED: it runs outside a transaction, and its statements before this one stay applied (recorded in bbmigrate.statement_progress).",
+                fix: "fix the cause and run bbmigrate up again: it resumes after the statements that ran")
+        }
         switch error.kind {
         case .lockNotAvailable:
             return .lockTimeout(
-                message + "\n\(file.fileName) waited more than \(options.ddlLockTimeout) for a table lock: another session (a long query or an open transaction) holds it. Nothing of this file was applied.",
+                message + lockWait + " Nothing of \(file.fileName) was applied.",
                 fix: "retry when traffic is lower, find the blocker in pg_stat_activity, or raise --ddl-lock-timeout")
         case .connectionFailure, .adminShutdown:
-            return .connection(message + "\nThe connection was lost while applying \(file.fileName); the server rolled the file back.", fix: "run bbmigrate up again once the server is reachable")
+            return .connection(
+                message + "\nThe connection was lost while applying \(file.fileName); "
+                    + (file.runsOutsideTransaction ? "the statement that was running may or may not have completed." : "the server rolled the file back."),
+                fix: "run bbmigrate up again once the server is reachable")
         default:
-            return .migrationFailed(
-                message + (file.runsOutsideTransaction
-                    ? "\nStatements of \(file.fileName) before this one stay applied (it runs outside a transaction); a rerun resumes after them."
-                    : "\nThe file was rolled back: nothing of \(file.fileName) was applied."),
-                fix: "fix \(file.fileName) and run bbmigrate up again")
+            return .migrationFailed(message + "\nNothing of \(file.fileName) was applied.", fix: "fix \(file.fileName) and run bbmigrate up again")
         }
     }
 
@@ -314,8 +297,9 @@ public struct Migrator: Sendable {
         guard files.contains(where: { $0.version == version }) else {
             throw MigratorError.configuration("there is no migration file with version \(version)", fix: "pass the version of an existing file")
         }
-        return try await withMigrationLock { connection in
-            try await MigrationHistory.create(connection)
+        return try await withLockedSession(purpose: "baseline") { session in
+            let connection = session.connection
+            try await MigrationHistory.createOrUpgrade(connection, exists: try await MigrationHistory.exists(connection))
             let existing = try await MigrationHistory.read(connection)
             guard existing.isEmpty else {
                 throw MigratorError.configuration("\(targetDescription) already has a migration history (\(existing.count) versions); baseline is for a database that has none", fix: "use bbmigrate status to see where it stands")
@@ -336,7 +320,8 @@ public struct Migrator: Sendable {
         guard let file = try files().first(where: { $0.version == version }) else {
             throw MigratorError.configuration("there is no migration file with version \(version)", fix: "restore the file first")
         }
-        return try await withMigrationLock { connection in
+        return try await withLockedSession(purpose: "repair") { session in
+            let connection = session.connection
             guard let row = try await MigrationHistory.read(connection).first(where: { $0.version == version }) else {
                 throw MigratorError.configuration("version \(version) was never applied to \(targetDescription), so there is nothing to repair", fix: "run bbmigrate up")
             }
@@ -353,23 +338,85 @@ public struct Migrator: Sendable {
             return (row.checksum, file.checksum)
         }
     }
+}
 
-    /// Runs `body` on a migration session while holding the migration lock (taken on a second,
-    /// dedicated connection and released afterwards).
-    func withMigrationLock<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        let connection = try await connect()
-        defer { Task { await connection.close() } }
-        let lockConnection = try await connect()
-        defer { Task { await lockConnection.close() } }
-        let lock = try await MigrationLock.acquire(on: lockConnection, timeout: options.lockTimeout, log: options.log)
-        do {
-            let value = try await body(connection)
-            try? await lock.release()
-            return value
-        } catch {
-            try? await lock.release()
-            throw error
+/// A file `up` will apply, already cut into statements and checked.
+///
+/// ```swift
+/// for planned in try await migrator.dryRun() { print(planned.file.fileName, planned.statements.count) }
+/// ```
+public struct PlannedMigration: Sendable {
+    public let file: MigrationFile
+    public let statements: [SQLScript.Statement]
+
+    /// Cuts and checks `file`: refused (exit 2) with file and line, before anything runs, when it
+    /// controls transactions, holds a statement that cannot run in a transaction without the
+    /// no-transaction marker, or mixes such statements with others.
+    init(_ file: MigrationFile) throws {
+        self.file = file
+        statements = try file.statements()
+        for statement in statements where statement.kind == .transactionControl {
+            throw MigratorError.configuration(
+                "\(file.fileName):\(statement.line): \(statement.words.prefix(2).joined(separator: " ")) controls the transaction, but bbmigrate runs each file in a transaction of its own (and records it there); a COMMIT or ROLLBACK here would end it early",
+                fix: "remove the transaction control from \(file.fileName); bbmigrate commits the file when every statement succeeded")
         }
+        if file.runsOutsideTransaction {
+            if let mixed = statements.first(where: { $0.kind == .other }) {
+                throw MigratorError.configuration(
+                    "\(file.fileName):\(mixed.line): a \(MigrationFile.noTransactionMarker) file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …) and SET/RESET, but it has: \(mixed.text.prefix(60))",
+                    fix: "move that statement to a normal migration file")
+            }
+        } else if let lonely = statements.first(where: { $0.kind == .needsNoTransaction }) {
+            throw MigratorError.configuration(
+                "\(file.fileName):\(lonely.line): \(lonely.words.prefix(4).joined(separator: " ")) cannot run inside a transaction, and bbmigrate runs this file in one",
+                fix: "put it in a file of its own whose leading comment says \(MigrationFile.noTransactionMarker)")
+        }
+    }
+
+    /// The SQL `up` sends for this file, with file and line before each statement, as psql
+    /// would run it (`psql -X -v ON_ERROR_STOP=1 -f`).
+    public func script(ddlLockTimeout: Duration) -> String {
+        var lines: [String] = []
+        let timeout = String(ddlLockTimeout.milliseconds)
+        if file.runsOutsideTransaction {
+            lines.append("-- \(file.fileName): outside a transaction, one statement at a time (\(MigrationFile.noTransactionMarker))")
+            lines.append("SELECT set_config('lock_timeout', '\(timeout)', false);")
+        } else {
+            lines.append("-- \(file.fileName): in one transaction with its history row")
+            lines.append("BEGIN;")
+            lines.append("SELECT set_config('lock_timeout', '\(timeout)', true);")
+        }
+        for statement in statements {
+            lines.append("-- \(file.fileName):\(statement.textLine)")
+            lines.append(statement.text + ";")
+        }
+        if !file.runsOutsideTransaction { lines.append("SET SESSION AUTHORIZATION DEFAULT; RESET statement_timeout;") }
+        lines.append("INSERT INTO bbmigrate.schema_migrations (version, name, checksum, checksum_algorithm, duration_ms, baselined) "
+            + "VALUES (\(file.version), '\(file.name)', '\(file.checksum)', '\(MigrationFile.checksumAlgorithm)', <duration_ms>, false);")
+        lines.append(file.runsOutsideTransaction ? "DELETE FROM bbmigrate.statement_progress WHERE version = \(file.version);" : "COMMIT;")
+        lines.append(MigrationSession.resetSQL + ";")
+        return lines.joined(separator: "\n")
+    }
+}
+
+extension SQLScript.Statement {
+    /// The file's line and column of the 1-based character `position` of `text` (the server's
+    /// error position counts characters of the statement it was sent).
+    func lineAndColumn(ofCharacter position: Int) -> (line: Int, column: Int) {
+        var line = textLine
+        var column = textColumn
+        var index = 1
+        for scalar in text.unicodeScalars {
+            if index == position { break }
+            if scalar == "\n" {
+                line += 1
+                column = 1
+            } else {
+                column += 1
+            }
+            index += 1
+        }
+        return (line, column)
     }
 }
 

@@ -8,75 +8,160 @@ import Postgres
 /// if !report.passed { report.problems.forEach { print($0) } }
 /// ```
 public struct VerificationReport: Sendable, Codable {
+    /// How the live schema compared.
+    public enum SchemaCheck: String, Sendable, Codable {
+        /// It is what the migrations (or the schema file) produce.
+        case matches
+        /// It differs; `problems` says how.
+        case drift
+        /// It was not compared; `schemaSkippedReason` says why.
+        case skipped
+    }
+
     /// Every applied file exists and its checksum matches.
     public var checksumsMatch: Bool
-    /// Nothing is pending or out of order (or `--allow-pending` was given).
+    /// Nothing is pending or out of order (or `allowPending` was given).
     public var upToDate: Bool
-    /// The live schema equals what the migrations produce.
-    public var schemaMatches: Bool
+    public var schema: SchemaCheck
+    /// What the live schema was compared with: "a scratch database built from the migrations"
+    /// or the schema file.
+    public var comparedWith: String?
+    public var schemaSkippedReason: String?
     /// One line per problem.
     public var problems: [String]
     public var entries: [MigrationEntry]
 
-    public var passed: Bool { checksumsMatch && upToDate && schemaMatches }
+    public var passed: Bool { checksumsMatch && upToDate && schema == .matches }
+
+    /// 0 passed, 1 a check failed, 7 the rest passed but the schema was not compared.
+    public var exitCode: MigrationExitCode {
+        if !checksumsMatch || !upToDate || schema == .drift { return .verificationFailed }
+        return schema == .skipped ? .verifyIncomplete : .ok
+    }
+}
+
+/// How `verify` checks the live schema.
+///
+/// ```swift
+/// let report = try await migrator.verify(VerifyOptions(ignore: .init(extensions: ["pg_stat_statements"])))
+/// ```
+public struct VerifyOptions: Sendable {
+    /// Do not fail because files are pending or out of order.
+    public var allowPending: Bool
+    /// The server on which to build the scratch database (default: the target's server).
+    public var scratch: PostgresConfiguration?
+    /// Compare with this `bbmigrate dump` file instead of a scratch database.
+    public var schemaFile: URL?
+    /// Schemas and extensions left out of the comparison.
+    public var ignore: SchemaSnapshot.Ignore
+
+    public init(allowPending: Bool = false, scratch: PostgresConfiguration? = nil, schemaFile: URL? = nil, ignore: SchemaSnapshot.Ignore = .init()) {
+        self.allowPending = allowPending
+        self.scratch = scratch
+        self.schemaFile = schemaFile
+        self.ignore = ignore
+    }
 }
 
 extension Migrator {
-    /// Checks checksums, pending files and live schema drift.
-    ///
-    /// The migrations are applied into a scratch database (`bbmigrate_scratch_…`, dropped
-    /// afterwards) on the same server, or on the server `scratch` points at, and both
-    /// catalogs are compared.
-    public func verify(allowPending: Bool = false, scratch: PostgresConfiguration? = nil) async throws -> VerificationReport {
-        let files = try files()
-        let connection = try await connect()
-        defer { Task { await connection.close() } }
-        let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
-        var problems: [String] = []
-        for entry in entries {
-            switch entry.state {
-            case .changed: problems.append("\(entry.id).sql: changed since it was applied (bbmigrate repair \(entry.version) --reason … if deliberate)")
-            case .missing: problems.append("\(entry.id).sql: applied but the file is missing")
-            case .pending where !allowPending: problems.append("\(entry.id).sql: pending (run bbmigrate up)")
-            case .outOfOrder where !allowPending: problems.append("\(entry.id).sql: pending and out of order (older than the newest applied version)")
-            default: break
-            }
-        }
-        let checksumsMatch = !entries.contains { $0.state == .changed || $0.state == .missing }
-        let upToDate = allowPending || !entries.contains { $0.state == .pending || $0.state == .outOfOrder }
+    /// The prefix of scratch databases; the creator's server process id follows, so a later
+    /// run can tell an abandoned one (its creator is gone) from one in use.
+    static let scratchPrefix = "bbmigrate_scratch_"
 
-        // Drift: build the expected schema from the applied files only, so that
-        // --allow-pending compares like with like.
-        let appliedVersions = Set(entries.filter { $0.state == .applied || $0.state == .changed }.map(\.version))
-        let drift = try await schemaDifferences(files: files.filter { appliedVersions.contains($0.version) }, live: connection, scratch: scratch)
-        problems += drift
-        return VerificationReport(checksumsMatch: checksumsMatch, upToDate: upToDate, schemaMatches: drift.isEmpty, problems: problems, entries: entries)
+    /// Checks checksums, pending files and live schema drift, holding the migration lock (so a
+    /// verify during an `up` waits for it, and says so if it cannot).
+    ///
+    /// The schema is compared with a scratch database built from the applied migration files on
+    /// the same server (or the one `scratch` names), or with `schemaFile`. Without the right to
+    /// create databases and without either, the comparison is skipped and the report says why.
+    public func verify(_ verifyOptions: VerifyOptions = VerifyOptions()) async throws -> VerificationReport {
+        let files = try files()
+        return try await withLockedSession(purpose: "verify") { session in
+            let connection = session.connection
+            let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
+            var problems: [String] = []
+            let allowPending = verifyOptions.allowPending
+            for entry in entries {
+                switch entry.state {
+                case .changed: problems.append("\(entry.id).sql: changed since it was applied (bbmigrate repair \(entry.version) --reason … if deliberate)")
+                case .missing: problems.append("\(entry.id).sql: applied but the file is missing")
+                case .pending where !allowPending: problems.append("\(entry.id).sql: pending (run bbmigrate up)")
+                case .outOfOrder where !allowPending: problems.append("\(entry.id).sql: pending and out of order (older than the newest applied version)")
+                default: break
+                }
+            }
+            var report = VerificationReport(
+                checksumsMatch: !entries.contains { $0.state == .changed || $0.state == .missing },
+                upToDate: allowPending || !entries.contains { $0.state == .pending || $0.state == .outOfOrder },
+                schema: .skipped, problems: problems, entries: entries)
+
+            let drift: [String]
+            if let schemaFile = verifyOptions.schemaFile {
+                let expected: String
+                do {
+                    expected = try String(contentsOf: schemaFile, encoding: .utf8)
+                } catch {
+                    throw MigratorError.configuration("cannot read the schema file \(schemaFile.path): \(error.localizedDescription)", fix: "write it with bbmigrate dump --output \(schemaFile.lastPathComponent)")
+                }
+                let actual = SchemaDump.render(try await SchemaSnapshot.capture(connection, ignoring: verifyOptions.ignore), header: "")
+                drift = SchemaDump.differences(expected: expected, actual: actual, fileName: schemaFile.lastPathComponent)
+                report.comparedWith = schemaFile.lastPathComponent
+            } else {
+                // Build the expected schema from the applied files only, so that --allow-pending
+                // compares like with like.
+                let appliedVersions = Set(entries.filter { $0.state == .applied || $0.state == .changed }.map(\.version))
+                let result = try await scratchDifferences(
+                    files: files.filter { appliedVersions.contains($0.version) }, live: connection, options: verifyOptions)
+                guard let result else {
+                    report.schemaSkippedReason = try await skipReason(verifyOptions)
+                    return report
+                }
+                drift = result
+                report.comparedWith = "a scratch database built from the applied migrations"
+            }
+            report.schema = drift.isEmpty ? .matches : .drift
+            report.problems += drift
+            return report
+        }
     }
 
-    private func schemaDifferences(files: [MigrationFile], live: PostgresConnection, scratch: PostgresConfiguration?) async throws -> [String] {
-        let name = "bbmigrate_scratch_\(UInt32.random(in: 0...UInt32.max))"
-        var serverConfiguration = scratch ?? configuration
-        serverConfiguration.applicationName = "bbmigrate"
+    /// The server where scratch databases are built.
+    private func scratchServer(_ verifyOptions: VerifyOptions) -> PostgresConfiguration {
+        var server = verifyOptions.scratch ?? configuration
+        server.applicationName = "bbmigrate"
+        server.statementCacheCapacity = 0
+        return server
+    }
+
+    private func skipReason(_ verifyOptions: VerifyOptions) async throws -> String {
+        let user = verifyOptions.scratch == nil ? "the migration user" : "the --scratch-url user"
+        return "\(user) may not create databases (no CREATEDB), so no scratch database could be built to compare with; "
+            + "pass --scratch-url for a server where it may, or --schema-file schema.sql (written by bbmigrate dump)"
+    }
+
+    /// The drift lines, or nil when the scratch server's user may not create databases.
+    private func scratchDifferences(files: [MigrationFile], live: PostgresConnection, options verifyOptions: VerifyOptions) async throws -> [String]? {
+        let server = scratchServer(verifyOptions)
         let admin: PostgresConnection
         do {
-            admin = try await PostgresConnection.connect(serverConfiguration)
+            admin = try await PostgresConnection.connect(server)
         } catch {
-            throw MigratorError.wrapConnection(error, target: scratch == nil ? targetDescription : "the --scratch-url server")
+            throw MigratorError.classify(error, target: verifyOptions.scratch == nil ? targetDescription : "the --scratch-url server")
         }
         defer { Task { await admin.close() } }
+        let mayCreate = try await admin.fetchValue(Bool.self, "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user") ?? false
+        guard mayCreate else { return nil }
+        await dropAbandonedScratchDatabases(admin)
+        let pid = await admin.backendPID
+        let name = "\(Self.scratchPrefix)\(pid)_\(UInt32.random(in: 0...UInt32.max))"
+        try await admin.execute("CREATE DATABASE \(identifier: name)")
         do {
-            try await admin.execute("CREATE DATABASE \(identifier: name)")
-        } catch let error as PostgresError {
-            throw MigratorError.configuration(
-                "cannot create a scratch database to compare schemas: \(error.message)",
-                fix: "grant CREATEDB to this user, or pass --scratch-url pointing at a server where it may create databases")
-        }
-        do {
-            var scratchConfiguration = serverConfiguration
+            var scratchConfiguration = server
             scratchConfiguration.database = name
             var scratchOptions = options
             scratchOptions.log = { _ in }
             scratchOptions.allowOutOfOrder = true
+            scratchOptions.detectPooler = false
             let builder = Migrator(configuration: scratchConfiguration, options: scratchOptions, targetDescription: "the scratch database")
             do {
                 try await builder.up(files)
@@ -84,18 +169,51 @@ extension Migrator {
                 throw MigratorError.verification("the migration files do not apply cleanly to an empty database: \(error.message)", fix: error.fix)
             }
             let scratchConnection = try await PostgresConnection.connect(scratchConfiguration)
-            let expected = try await SchemaSnapshot.capture(scratchConnection)
+            let expected = try await SchemaSnapshot.capture(scratchConnection, ignoring: verifyOptions.ignore)
             await scratchConnection.close()
-            let actual = try await SchemaSnapshot.capture(live)
-            try await dropScratch(name, admin)
+            let actual = try await SchemaSnapshot.capture(live, ignoring: verifyOptions.ignore)
+            try await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
             return expected.differences(from: actual)
         } catch {
-            try? await dropScratch(name, admin)
+            _ = try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
             throw error
         }
     }
 
-    private func dropScratch(_ name: String, _ admin: PostgresConnection) async throws {
-        try await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
+    /// Scratch databases left by a verify that was killed: their creator's server process is
+    /// gone (or, for ones named before the pid was part of the name, nobody is connected).
+    /// Ones this user may not drop are left alone.
+    func dropAbandonedScratchDatabases(_ admin: PostgresConnection) async {
+        guard let names = try? await admin.query("""
+            SELECT d.datname FROM pg_database d
+            WHERE d.datname LIKE 'bbmigrate\\_scratch\\_%'
+              AND NOT EXISTS (SELECT FROM pg_stat_activity a
+                              WHERE a.datname = d.datname
+                                 OR a.pid::text = substring(d.datname FROM '^bbmigrate_scratch_([0-9]+)_[0-9]+$'))
+            """).decodeColumn(String.self) else { return }
+        for name in names {
+            if (try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")) != nil {
+                options.log("dropped \(name), a scratch database left by an interrupted verify")
+            }
+        }
+    }
+
+    /// The live schema as `bbmigrate dump` writes it.
+    ///
+    /// ```swift
+    /// try await migrator.dump(ignoring: .init()).write(to: URL(fileURLWithPath: "schema.sql"), atomically: true, encoding: .utf8)
+    /// ```
+    public func dump(ignoring ignore: SchemaSnapshot.Ignore = .init()) async throws -> String {
+        let connection = try await connect()
+        defer { Task { await connection.close() } }
+        let history = try await MigrationHistory.read(connection)
+        let newest = history.last.map { "\(MigrationFile.format($0.version))_\($0.name)" } ?? "no migration"
+        let header = """
+            -- The schema, as bbmigrate dump writes it (after \(newest)).
+            -- One block per object, in a fixed order; regenerate it rather than edit it:
+            --   bbmigrate dump --output schema.sql
+            -- bbmigrate verify --schema-file schema.sql compares a database with it.
+            """
+        return SchemaDump.render(try await SchemaSnapshot.capture(connection, ignoring: ignore), header: header)
     }
 }

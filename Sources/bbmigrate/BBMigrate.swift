@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Migrator
 
 /// `bbmigrate`: applies and verifies Baby Basics' SQL migrations.
 @main
@@ -9,13 +10,15 @@ struct BBMigrate: AsyncParsableCommand {
         abstract: "Apply and verify the Baby Basics database migrations.",
         discussion: """
             Which database, first match wins: --url, DATABASE_URL, libpq's PG* variables (when PGHOST, \
-            PGDATABASE or PGSERVICE is set), else the embedded PostgreSQL in .bbdata/ (started on demand).
+            PGDATABASE or PGSERVICE is set), else the embedded PostgreSQL in .bbdata/ (started on demand). \
+            A --url or DATABASE_URL that is set but empty is an error (exit 2), never a fall-back.
 
-            Exit codes: 0 ok · 1 verification failed (checksum, drift, pending) · 2 usage or configuration \
-            error · 3 cannot connect · 4 lock timeout · 5 a migration failed.
-            Results go to stdout (--json for machines), progress and errors to stderr.
+            Exit codes:
+            \(MigrationExitCode.allCases.map { "  \($0.rawValue)  \($0.meaning)" }.joined(separator: "\n"))
+
+            Results go to stdout (--json for machines, on success and failure alike), progress and errors to stderr.
             """,
-        subcommands: [UpCommand.self, StatusCommand.self, VerifyCommand.self, NewCommand.self,
+        subcommands: [UpCommand.self, StatusCommand.self, VerifyCommand.self, DumpCommand.self, NewCommand.self,
                       BaselineCommand.self, RepairCommand.self, EmbeddedCommand.self]
     )
 
@@ -30,24 +33,18 @@ struct BBMigrate: AsyncParsableCommand {
             }
         } catch {
             let code = exitCode(for: error)
-            if code == .success || code.rawValue == ExitStatus.ok.rawValue {
+            if code == .success {
                 exit(withError: error)
             }
             if code.rawValue == 64 || code == .validationFailure {
-                FileHandle.standardError.write(Data((fullMessage(for: error) + "\n").utf8))
-                Foundation.exit(ExitStatus.usage.rawValue)
+                let message = fullMessage(for: error)
+                FileHandle.standardError.write(Data((message + "\n").utf8))
+                if CommandLine.arguments.contains("--json") {
+                    printJSON(FailureOutput(exitCode: MigrationExitCode.usage.rawValue, error: message, fix: "see bbmigrate help"))
+                }
+                Foundation.exit(MigrationExitCode.usage.rawValue)
             }
             exit(withError: error)
         }
     }
-}
-
-/// Exit codes, documented in the README; CI relies on them.
-enum ExitStatus: Int32 {
-    case ok = 0
-    case verificationFailed = 1
-    case usage = 2
-    case cannotConnect = 3
-    case lockTimeout = 4
-    case migrationFailed = 5
 }

@@ -16,7 +16,7 @@ struct BaselineCommand: AsyncParsableCommand {
             let entries = try await target.migrator().baseline(version)
             let recorded = entries.filter { $0.baselined == true }
             if target.json {
-                printJSON(StatusCommand.Output(ok: true, migrations: entries))
+                printJSON(StatusCommand.Output(needsAttention: entries.contains { $0.state != .applied }, migrations: entries))
             } else {
                 recorded.forEach { print("baselined \($0.id)") }
                 print("bbmigrate: recorded \(recorded.count) version(s) as applied without running them; run bbmigrate up for the rest")

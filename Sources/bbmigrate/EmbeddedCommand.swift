@@ -1,6 +1,7 @@
 import ArgumentParser
 import EmbeddedPostgres
 import Foundation
+import Migrator
 
 /// `bbmigrate embedded start|status|url|stop`: the development cluster in `.bbdata/`.
 struct EmbeddedCommand: AsyncParsableCommand {
@@ -14,11 +15,21 @@ struct EmbeddedCommand: AsyncParsableCommand {
     struct Location: ParsableArguments {
         @Option(name: .customLong("data-dir"), help: "The cluster's folder (default: $BB_DATA_DIR or .bbdata).")
         var dataDirectory: String?
+        @Flag(help: "Print the result as JSON on stdout.")
+        var json = false
 
         var cluster: EmbeddedPostgres {
             let path = dataDirectory ?? ProcessInfo.processInfo.environment["BB_DATA_DIR"] ?? ".bbdata"
             return EmbeddedPostgres(directory: URL(fileURLWithPath: path))
         }
+    }
+
+    /// `--json` output of the embedded commands.
+    struct Output: Encodable {
+        var ok = true
+        var folder: String
+        var status: String
+        var url: String?
     }
 
     struct Start: AsyncParsableCommand {
@@ -34,10 +45,10 @@ struct EmbeddedCommand: AsyncParsableCommand {
                     try await cluster.createDatabase(database)
                 }
                 printError("embedded PostgreSQL in \(cluster.directory.path): \(status)")
-                print(try cluster.connectionString(database: database))
+                let url = try cluster.connectionString(database: database)
+                if location.json { printJSON(Output(folder: cluster.directory.path, status: "\(status)", url: url)) } else { print(url) }
             } catch {
-                printError("error: \(error)")
-                throw ExitCode(ExitStatus.cannotConnect.rawValue)
+                throw location.fail(error)
             }
         }
     }
@@ -48,10 +59,16 @@ struct EmbeddedCommand: AsyncParsableCommand {
 
         func run() async throws {
             let cluster = location.cluster
-            let status = try cluster.status()
-            print("\(cluster.directory.path): \(status)")
-            if case .running = status { return }
-            throw ExitCode(ExitStatus.cannotConnect.rawValue)
+            let status: EmbeddedPostgres.Status
+            do { status = try cluster.status() } catch { throw location.fail(error) }
+            var running = false
+            if case .running = status { running = true }
+            if location.json {
+                printJSON(Output(ok: running, folder: cluster.directory.path, status: "\(status)", url: running ? try? cluster.connectionString(database: "babybasics") : nil))
+            } else {
+                print("\(cluster.directory.path): \(status)")
+            }
+            if !running { throw ExitCode(MigrationExitCode.cannotConnect.rawValue) }
         }
     }
 
@@ -62,10 +79,10 @@ struct EmbeddedCommand: AsyncParsableCommand {
 
         func run() async throws {
             do {
-                print(try location.cluster.connectionString(database: database))
+                let url = try location.cluster.connectionString(database: database)
+                if location.json { printJSON(Output(folder: location.cluster.directory.path, status: "running", url: url)) } else { print(url) }
             } catch {
-                printError("error: \(error)")
-                throw ExitCode(ExitStatus.cannotConnect.rawValue)
+                throw location.fail(error)
             }
         }
     }
@@ -76,8 +93,20 @@ struct EmbeddedCommand: AsyncParsableCommand {
 
         func run() async throws {
             let cluster = location.cluster
-            try await runOnDedicatedThread { try cluster.stop() }
+            do { try await runOnDedicatedThread { try cluster.stop() } } catch { throw location.fail(error) }
             printError("embedded PostgreSQL in \(cluster.directory.path): stopped")
+            if location.json { printJSON(Output(folder: cluster.directory.path, status: "stopped")) }
         }
+    }
+}
+
+extension EmbeddedCommand.Location {
+    /// Reports `error` (stderr, and JSON with --json) as "cannot connect" (exit 3).
+    func fail(_ error: any Error) -> ExitCode {
+        printError("bbmigrate: error: \(error)")
+        if json {
+            printJSON(FailureOutput(exitCode: MigrationExitCode.cannotConnect.rawValue, error: "\(error)", fix: "read the message above; bbmigrate embedded start creates and starts the cluster"))
+        }
+        return ExitCode(MigrationExitCode.cannotConnect.rawValue)
     }
 }

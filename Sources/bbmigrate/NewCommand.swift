@@ -17,6 +17,11 @@ struct NewCommand: ParsableCommand {
         }
     }
 
+    struct Output: Encodable {
+        var ok = true
+        var file: String
+    }
+
     func run() throws {
         let folder = URL(fileURLWithPath: directory)
         do {
@@ -29,25 +34,24 @@ struct NewCommand: ParsableCommand {
                 -- What this migration changes, and why.
                 --
                 -- bbmigrate runs this file in one transaction together with its history row: if any
-                -- statement fails, nothing of it is applied. Do not add BEGIN/COMMIT.
+                -- statement fails, nothing of it is applied. Do not add BEGIN/COMMIT (they are refused).
                 -- For CREATE INDEX CONCURRENTLY (which cannot run in a transaction), put only such
-                -- statements in a file whose first line is:  -- bbmigrate:no-transaction
+                -- statements in a file that starts with the line: -- bbmigrate:no-transaction
 
 
                 """
             let url = folder.appendingPathComponent(fileName)
             try Data(header.utf8).write(to: url, options: .withoutOverwriting)
             if json {
-                printJSON(["ok": "true", "file": url.path])
+                printJSON(Output(file: url.path))
             } else {
                 print(url.path)
             }
-        } catch let error as MigratorError {
-            printError("bbmigrate: error: \(error)")
-            throw ExitCode(error.exitCode)
         } catch {
-            printError("bbmigrate: error: could not write the file: \(error.localizedDescription)")
-            throw ExitCode(ExitStatus.usage.rawValue)
+            let failure = (error as? MigratorError) ?? .configuration("could not write the file: \(error.localizedDescription)", fix: "check that \(directory) is writable")
+            printError("bbmigrate: error: \(failure)")
+            if json { printJSON(FailureOutput(exitCode: failure.exitCode.rawValue, error: failure.message, fix: failure.fix)) }
+            throw ExitCode(failure.exitCode.rawValue)
         }
     }
 }

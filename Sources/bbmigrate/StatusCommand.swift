@@ -13,7 +13,9 @@ struct StatusCommand: AsyncParsableCommand {
     var exitCode = false
 
     struct Output: Encodable {
-        var ok: Bool
+        var ok = true
+        /// Something is pending, changed, missing or out of order.
+        var needsAttention: Bool
         var migrations: [MigrationEntry]
     }
 
@@ -23,7 +25,7 @@ struct StatusCommand: AsyncParsableCommand {
             let entries = try await target.migrator().status()
             needsAttention = entries.contains { $0.state != .applied }
             if target.json {
-                printJSON(Output(ok: !needsAttention, migrations: entries))
+                printJSON(Output(needsAttention: needsAttention, migrations: entries))
             } else {
                 entries.forEach { print($0.summary) }
                 let counts = Dictionary(grouping: entries, by: \.state).mapValues(\.count)
@@ -31,6 +33,6 @@ struct StatusCommand: AsyncParsableCommand {
                 print("bbmigrate: " + parts.compactMap { state, label in counts[state].map { "\($0) \(label)" } }.joined(separator: ", ") + (entries.isEmpty ? "no migrations" : ""))
             }
         }
-        if exitCode && needsAttention { throw ExitCode(ExitStatus.verificationFailed.rawValue) }
+        if exitCode && needsAttention { throw ExitCode(MigrationExitCode.verificationFailed.rawValue) }
     }
 }

@@ -25,10 +25,24 @@ struct TargetOptions: ParsableArguments {
     var ddlLockTimeout = 10
 
     /// Resolves the database, first match wins. Says on stderr when the embedded one is used.
+    /// A `--url` or `DATABASE_URL` that is set but empty (an unset variable in a deploy script)
+    /// is a usage error, never a silent fall-back to another database.
     func target() async throws -> (PostgresConfiguration, String) {
         let environment = ProcessInfo.processInfo.environment
-        if let url, !url.isEmpty { return (PostgresConfiguration(url), "the --url database") }
-        if let url = environment["DATABASE_URL"], !url.isEmpty { return (PostgresConfiguration(url), "the DATABASE_URL database") }
+        if let url {
+            guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw MigratorError.configuration("--url is empty", fix: "pass the database URL, or leave --url out")
+            }
+            return (PostgresConfiguration(url), "the --url database")
+        }
+        if let url = environment["DATABASE_URL"] {
+            guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+                throw MigratorError.configuration(
+                    "DATABASE_URL is set but empty (an unset variable in a deploy script?); bbmigrate will not guess another database",
+                    fix: "set DATABASE_URL to the database's URL, or unset it (unset DATABASE_URL) to use PG* variables or the embedded database")
+            }
+            return (PostgresConfiguration(url), "the DATABASE_URL database")
+        }
         if ["PGHOST", "PGDATABASE", "PGSERVICE"].contains(where: { !(environment[$0] ?? "").isEmpty }) {
             return (.environment(), "the database named by the PG* variables")
         }
@@ -57,34 +71,30 @@ struct TargetOptions: ParsableArguments {
         return Migrator(configuration: configuration, options: options, targetDescription: description)
     }
 
-    /// Runs `body`; reports any failure on stderr (and as JSON with --json) and exits with its code.
-    func run(_ body: () async throws -> Void) async throws {
+    /// Runs `body`; reports any failure on stderr (and as JSON with --json, with `extra`'s
+    /// fields, such as what was applied before the failure) and exits with its code.
+    func run(extra: @Sendable () -> [AppliedMigration]? = { nil }, _ body: () async throws -> Void) async throws {
         do {
             try await body()
         } catch {
-            let failure = Self.classify(error)
+            let failure = MigratorError.classify(error)
             printError("bbmigrate: error: \(failure.description)")
-            if json { printJSON(FailureOutput(ok: false, exitCode: failure.exitCode, error: failure.message, fix: failure.fix)) }
-            throw ExitCode(failure.exitCode)
-        }
-    }
-
-    static func classify(_ error: any Error) -> MigratorError {
-        switch error {
-        case let error as MigratorError: return error
-        case let error as PostgresError where error.kind == .connectionFailure || error.kind == .adminShutdown:
-            return .connection(error.description, fix: "check that the server is reachable, then run the command again")
-        case let error as PostgresError: return .migrationFailed(error.description, fix: nil)
-        default: return .configuration("\(error)", fix: nil)
+            if json {
+                printJSON(FailureOutput(exitCode: failure.exitCode.rawValue, error: failure.message, fix: failure.fix, applied: extra()))
+            }
+            throw ExitCode(failure.exitCode.rawValue)
         }
     }
 }
 
+/// `--json` output of any failure.
 struct FailureOutput: Encodable {
-    var ok: Bool
+    var ok = false
     var exitCode: Int32
     var error: String
     var fix: String?
+    /// For `up`: the files applied before the failure (they stay applied).
+    var applied: [AppliedMigration]?
 }
 
 /// Logs and progress go to stderr.
@@ -103,4 +113,12 @@ func printJSON<T: Encodable>(_ value: T) {
 
 func milliseconds(_ duration: Duration) -> Int {
     Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+}
+
+/// Collects what `up` applied, for the failure report.
+final class AppliedLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var entries: [AppliedMigration] = []
+    func append(_ entry: AppliedMigration) { lock.withLock { entries.append(entry) } }
+    var all: [AppliedMigration] { lock.withLock { entries } }
 }

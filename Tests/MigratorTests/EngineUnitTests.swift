@@ -3,38 +3,14 @@ import Migrator
 import Testing
 
 @Suite struct EngineUnitTests {
-    @Test func checksumIgnoresBOMAndCRLF() {
+    @Test func checksumIgnoresBOMAndCRLF() throws {
         let url = URL(fileURLWithPath: "/tmp/x.sql")
-        let plain = MigrationFile(version: 1, name: "x", url: url, contents: Data("CREATE TABLE a ();\nSELECT 1;\n".utf8))
-        let windows = MigrationFile(version: 1, name: "x", url: url, contents: Data(([0xEF, 0xBB, 0xBF] as [UInt8]) + Array("CREATE TABLE a ();\r\nSELECT 1;\r\n".utf8)))
-        let edited = MigrationFile(version: 1, name: "x", url: url, contents: Data("CREATE TABLE a ();\nSELECT 2;\n".utf8))
+        let plain = try MigrationFile(version: 1, name: "x", url: url, contents: Data("CREATE TABLE a ();\nSELECT 1;\n".utf8))
+        let windows = try MigrationFile(version: 1, name: "x", url: url, contents: Data(([0xEF, 0xBB, 0xBF] as [UInt8]) + Array("CREATE TABLE a ();\r\nSELECT 1;\r\n".utf8)))
+        let edited = try MigrationFile(version: 1, name: "x", url: url, contents: Data("CREATE TABLE a ();\nSELECT 2;\n".utf8))
         #expect(plain.checksum == windows.checksum)
         #expect(plain.checksum != edited.checksum)
         #expect(plain.checksum.count == 64)
-    }
-
-    @Test func splitterRespectsQuotesDollarQuotesAndComments() {
-        let sql = """
-            -- header; with a semicolon
-            CREATE FUNCTION f() RETURNS text LANGUAGE sql AS $$ SELECT 'a;b' $$;
-            /* block; /* nested; */ still comment */ SELECT 'it''s; fine', "odd;name" FROM t;
-            SELECT $tag$ ; $tag$, E'\\';' ;
-            """
-        let statements = SQLStatementSplitter.statements(sql)
-        #expect(statements.count == 3)
-        #expect(statements[0].text.hasPrefix("-- header; with a semicolon\nCREATE FUNCTION"))
-        #expect(statements[0].line == 1)
-        #expect(statements[1].text.contains("\"odd;name\""))
-        #expect(statements[2].line == 4)
-    }
-
-    @Test func onlyStatementsThatNeedItMayRunOutsideATransaction() {
-        #expect(SQLStatementSplitter.needsNoTransaction("CREATE INDEX CONCURRENTLY a ON t (x)"))
-        #expect(SQLStatementSplitter.needsNoTransaction("create unique index concurrently a on t (x)"))
-        #expect(SQLStatementSplitter.needsNoTransaction("DROP INDEX CONCURRENTLY a"))
-        #expect(SQLStatementSplitter.needsNoTransaction("ALTER TYPE mood ADD VALUE 'ok'"))
-        #expect(!SQLStatementSplitter.needsNoTransaction("CREATE INDEX a ON t (x)"))
-        #expect(!SQLStatementSplitter.needsNoTransaction("CREATE TABLE t (id int)"))
     }
 
     @Test func filesMustBeNamedAndNumberedUniquely() throws {
@@ -48,7 +24,34 @@ import Testing
             _ = try MigrationFile.load(from: other.url)
             Issue.record("a badly named file was accepted")
         } catch let error as MigratorError {
-            #expect(error.exitCode == 2)
+            #expect(error.exitCode == .usage)
         }
+    }
+
+    @Test func filesMustBeUTF8AndTheErrorNamesLineAndByte() throws {
+        let url = URL(fileURLWithPath: "/tmp/x.sql")
+        let latin1 = Data("CREATE TABLE a ();\nCOMMENT ON TABLE a IS 'caf".utf8) + Data([0xE9]) + Data("';\n".utf8)
+        do {
+            _ = try MigrationFile(version: 3, name: "x", url: url, contents: latin1)
+            Issue.record("a Latin-1 file was accepted")
+        } catch let error as MigratorError {
+            #expect(error.exitCode == .usage)
+            #expect(error.message == "0003_x.sql:2: byte 46 of the file is byte 0xE9, which is not UTF-8", "\(error.message)")
+            #expect(error.fix?.contains("iconv") == true)
+        }
+        #expect(throws: MigratorError.self) { try MigrationFile(version: 1, name: "x", url: url, contents: Data([0x53, 0x00, 0x3B])) }
+        // Valid UTF-8 (any script, emoji) and a byte-order mark are fine.
+        let file = try MigrationFile(version: 1, name: "x", url: url, contents: Data([0xEF, 0xBB, 0xBF]) + Data("SELECT 'café 🍼 ñ';".utf8))
+        #expect(file.sql == "SELECT 'café 🍼 ñ';")
+    }
+
+    @Test func theNoTransactionMarkerIsSeenAmongTheLeadingComments() throws {
+        let url = URL(fileURLWithPath: "/tmp/x.sql")
+        let marked = try MigrationFile(version: 1, name: "x", url: url, contents: Data("-- 0001_x.sql: an index\n--\n-- bbmigrate:no-transaction\n\nCREATE INDEX CONCURRENTLY i ON t (x);".utf8))
+        #expect(marked.runsOutsideTransaction)
+        let prose = try MigrationFile(version: 1, name: "x", url: url, contents: Data("-- put such statements in a file whose first line is: -- bbmigrate:no-transaction\nSELECT 1;".utf8))
+        #expect(!prose.runsOutsideTransaction)
+        let late = try MigrationFile(version: 1, name: "x", url: url, contents: Data("SELECT 1;\n-- bbmigrate:no-transaction\n".utf8))
+        #expect(!late.runsOutsideTransaction)
     }
 }

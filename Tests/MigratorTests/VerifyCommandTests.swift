@@ -28,7 +28,8 @@ import Testing
         let json = try await bbmigrate("verify", "--json", "--url", database.connectionString, "--dir", repositoryMigrations.path)
         let decoded = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
         #expect((decoded?["problems"] as? [String])?.count == 3)
-        #expect(decoded?["schema_matches"] as? Bool == false)
+        #expect(decoded?["schema"] as? String == "drift")
+        #expect(decoded?["exit_code"] as? Int == 1)
     }
 
     @Test func aChangedFileIsCaughtLineEndingsAreNotAChangeAndRepairRecordsWhy() async throws {

@@ -102,7 +102,7 @@ extension PostgresConnection {
     private func send(_ statement: RenderedSQL, _ prepared: PreparedStatement, on connection: OpaquePointer) -> Int32 {
         statement.withParameters { count, values, lengths, formats in
             // Without a cache every statement shares the unnamed name: send each with its own text.
-            guard !prepared.name.isEmpty else {
+            guard !prepared.isUnnamed else {
                 return statement.types.withUnsafeBufferPointer { types in
                     PQsendQueryParams(connection, statement.text, count, types.baseAddress, values, lengths, formats, prepared.resultFormat.rawValue)
                 }

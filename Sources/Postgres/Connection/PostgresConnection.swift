@@ -142,6 +142,18 @@ public actor PostgresConnection {
     /// The server version as an integer: 150018 for 15.18.
     public var serverVersion: Int { handle.map { Int(PQserverVersion($0.connection)) } ?? 0 }
 
+    /// A setting the server reports to the client (`ParameterStatus`): `server_version`,
+    /// `standard_conforming_strings`, `TimeZone`, `DateStyle`, `client_encoding`,
+    /// `application_name`, `is_superuser`, `session_authorization`, … `nil` if not reported.
+    ///
+    /// ```swift
+    /// let strings = await connection.parameterStatus("standard_conforming_strings")   // "on"
+    /// ```
+    public func parameterStatus(_ name: String) -> String? {
+        guard let handle, let value = PQparameterStatus(handle.connection, name) else { return nil }
+        return String(cString: value)
+    }
+
     /// Whether a transaction is open on the server (including an aborted one).
     public var isInTransaction: Bool {
         guard let handle else { return false }
@@ -251,6 +263,8 @@ public actor PostgresConnection {
         let name: String
         let resultFormat: PostgresFormat
         var lastUse: Int
+        /// The cache is off: the statement is sent with its text each time (PQexecParams).
+        var isUnnamed: Bool { name.isEmpty }
     }
 
     func runCancellable<T>(_ body: () throws -> T) async throws -> T {
@@ -322,11 +336,17 @@ public actor PostgresConnection {
             statements[key] = cached
             return cached
         }
-        let connection = try liveConnection()
         let capacity = configuration.statementCacheCapacity
-        if capacity > 0 && statements.count >= capacity { evictLeastRecentlyUsed(connection, keepingFrom: floor) }
+        // Without a cache, nothing is prepared ahead: each statement goes out as one
+        // Parse/Bind/Describe/Execute/Sync exchange (PQexecParams), which a transaction pooler
+        // such as PgBouncer cannot split between two server connections. The result types are
+        // unknown when the result format must be chosen, so results come back as text, which
+        // every decoder reads.
+        if capacity <= 0 { return PreparedStatement(name: "", resultFormat: .text, lastUse: useCounter) }
+        let connection = try liveConnection()
+        if statements.count >= capacity { evictLeastRecentlyUsed(connection, keepingFrom: floor) }
         statementCounter += 1
-        let name = capacity > 0 ? "bb_\(statementCounter)" : ""
+        let name = "bb_\(statementCounter)"
         let prepared = rendered.types.withUnsafeBufferPointer { types in
             PQprepare(connection, name, rendered.text, Int32(types.count), types.baseAddress)
         }
@@ -334,7 +354,7 @@ public actor PostgresConnection {
         let described = try check(PQdescribePrepared(connection, name), query: rendered.text)
         let binary = described.columns.allSatisfy { PostgresType.binaryDecodable.contains($0.type) }
         let statement = PreparedStatement(name: name, resultFormat: binary ? .binary : .text, lastUse: useCounter)
-        if capacity > 0 { statements[key] = statement }
+        statements[key] = statement
         return statement
     }
 
@@ -348,8 +368,13 @@ public actor PostgresConnection {
 
     private func executePrepared(_ statement: PreparedStatement, _ rendered: RenderedSQL) throws -> PostgresRows {
         let connection = try liveConnection()
-        let result = rendered.withParameters { count, values, lengths, formats in
-            PQexecPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
+        let result = rendered.withParameters { count, values, lengths, formats -> OpaquePointer? in
+            guard !statement.isUnnamed else {
+                return rendered.types.withUnsafeBufferPointer { types in
+                    PQexecParams(connection, rendered.text, count, types.baseAddress, values, lengths, formats, statement.resultFormat.rawValue)
+                }
+            }
+            return PQexecPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
         } ?? nil
         return PostgresRows(storage: try check(result, query: rendered.text))
     }

@@ -71,8 +71,13 @@ extension PostgresConnection {
         let rendered = try sql.render(quoteIdentifier: escapeIdentifier)
         let statement = try preparedStatement(for: rendered)
         let connection = try liveConnection()
-        let sent = rendered.withParameters { count, values, lengths, formats in
-            PQsendQueryPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
+        let sent = rendered.withParameters { count, values, lengths, formats -> Int32 in
+            guard !statement.isUnnamed else {
+                return rendered.types.withUnsafeBufferPointer { types in
+                    PQsendQueryParams(connection, rendered.text, count, types.baseAddress, values, lengths, formats, statement.resultFormat.rawValue)
+                }
+            }
+            return PQsendQueryPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
         } ?? 0
         guard sent == 1 else { throw connectionError(connection, query: rendered.text) }
         _ = PQsetSingleRowMode(connection)

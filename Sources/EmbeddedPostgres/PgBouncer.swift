@@ -1,0 +1,116 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A real PgBouncer (Debian's `pgbouncer` package) in front of an embedded cluster, for tests
+/// of what a connection pooler does to a client: transaction pooling hands each transaction to
+/// any server connection, so session state (advisory locks, `SET`, prepared statements,
+/// `LISTEN`) does not survive between transactions.
+///
+/// It listens on 127.0.0.1 on a free port, trusts every client (the cluster behind it is
+/// reached over its Unix socket as the superuser), and stops when `stop()` is called or this
+/// process ends.
+///
+/// ```swift
+/// let bouncer = try PgBouncer.start(in: cluster, mode: .transaction)
+/// let url = bouncer.connectionString(database: "babybasics")
+/// defer { bouncer.stop() }
+/// ```
+public struct PgBouncer: Sendable {
+    /// PgBouncer's `pool_mode`.
+    public enum PoolMode: String, Sendable {
+        case session, transaction, statement
+    }
+
+    public let directory: URL
+    public let port: Int
+    public let mode: PoolMode
+
+    /// `postgresql://postgres@127.0.0.1:PORT/database`.
+    public func connectionString(database: String) -> String {
+        "postgresql://\(EmbeddedPostgres.superuser)@127.0.0.1:\(port)/\(database)"
+    }
+
+    /// Finds `pgbouncer`: `BB_PGBOUNCER`, `/usr/sbin/pgbouncer`, then `PATH`.
+    public static func locate() throws -> String {
+        var candidates: [String] = []
+        if let override = ProcessInfo.processInfo.environment["BB_PGBOUNCER"], !override.isEmpty { candidates.append(override) }
+        candidates += ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer", "/opt/homebrew/bin/pgbouncer"]
+        candidates += (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map { "\($0)/pgbouncer" }
+        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw EmbeddedPostgresError("pgbouncer is not installed", fix: "apt-get install pgbouncer (make test installs it), or set BB_PGBOUNCER to its path")
+        }
+        return found
+    }
+
+    /// Starts a PgBouncer for `cluster` (which must be running) in pool mode `mode`.
+    public static func start(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int = 20) throws -> PgBouncer {
+        let binary = try locate()
+        let clusterPort = try cluster.port()
+        let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbouncer-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try ProcessRunner.handOver(directory.path)
+        let port = try EmbeddedPostgres.freePort()
+        let configuration = """
+            [databases]
+            * = host=\(cluster.directory.path) port=\(clusterPort) user=\(EmbeddedPostgres.superuser)
+
+            [pgbouncer]
+            listen_addr = 127.0.0.1
+            listen_port = \(port)
+            unix_socket_dir =
+            auth_type = trust
+            auth_file = \(directory.path)/userlist.txt
+            pool_mode = \(mode.rawValue)
+            default_pool_size = \(poolSize)
+            max_client_conn = 1000
+            ignore_startup_parameters = extra_float_digits,options
+            logfile = \(directory.path)/pgbouncer.log
+            pidfile = \(directory.path)/pgbouncer.pid
+
+            """
+        let configFile = directory.appendingPathComponent("pgbouncer.ini")
+        try Data(configuration.utf8).write(to: configFile)
+        try Data("\"\(EmbeddedPostgres.superuser)\" \"\"\n".utf8).write(to: directory.appendingPathComponent("userlist.txt"))
+        for file in ["pgbouncer.ini", "userlist.txt"] { try ProcessRunner.handOver(directory.appendingPathComponent(file).path) }
+
+        // A detached shell runs pgbouncer (as the server account when root) and stops it when
+        // this process ends; stop() ends it sooner.
+        let quote = { (text: String) in "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        var run = "\(quote(binary)) \(quote(configFile.path))"
+        if ProcessRunner.isRoot { run = "runuser -u \(ProcessRunner.serverAccount) -- " + run }
+        let script = "\(run) >/dev/null 2>&1 & child=$!; while kill -0 \(getpid()) 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; "
+            + "kill $child 2>/dev/null; pkill -f \(quote(configFile.path)) 2>/dev/null; rm -rf \(quote(directory.path))"
+        _ = try ChildProcess.spawn(["/usr/bin/setsid", "/bin/sh", "-c", script], environment: ProcessInfo.processInfo.environment)
+
+        let bouncer = PgBouncer(directory: directory, port: port, mode: mode)
+        for _ in 0..<100 {
+            if bouncer.accepts() { return bouncer }
+            usleep(50_000)
+        }
+        let log = (try? String(contentsOf: directory.appendingPathComponent("pgbouncer.log"), encoding: .utf8)) ?? ""
+        throw EmbeddedPostgresError("pgbouncer did not start on port \(port)", output: log)
+    }
+
+    /// Whether something accepts TCP connections on the port.
+    func accepts() -> Bool {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socketFD >= 0 else { return false }
+        defer { close(socketFD) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
+    /// Stops pgbouncer (its watcher then removes the folder).
+    public func stop() {
+        guard let text = try? String(contentsOf: directory.appendingPathComponent("pgbouncer.pid"), encoding: .utf8),
+              let pid = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return }
+        kill(pid, SIGTERM)
+    }
+}
