@@ -1,5 +1,5 @@
 # Builds the bbmigrate CLI and ships it with the migrations (used by docker-compose.yml).
-FROM swift:6.1-bookworm AS build
+FROM swift:6.3-bookworm AS build
 RUN apt-get update && apt-get install -y --no-install-recommends libpq-dev pkg-config && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Package.swift ./

@@ -15,8 +15,9 @@ help:
 	@echo "make down   stop the development database in .bbdata/"
 	@echo "make psql   open psql on the development database"
 
-# libpq-dev (headers + pkg-config file), pkg-config, and the PostgreSQL server programs that
-# the embedded cluster and the tests run. Installed with apt only when missing.
+# libpq-dev (headers + pkg-config file), pkg-config, the PostgreSQL server programs that the
+# embedded cluster and the tests run, psql (the differential test's oracle) and pgbouncer (the
+# pooler tests). Installed with apt only when missing.
 deps:
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
@@ -24,6 +25,7 @@ deps:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$BB_PG_BINDIR" ] || missing="$$missing postgresql"; \
 	command -v psql >/dev/null 2>&1 || missing="$$missing postgresql-client"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || [ -n "$$BB_PGBOUNCER" ] || missing="$$missing pgbouncer"; \
 	if [ -n "$$missing" ]; then \
 		if ! command -v apt-get >/dev/null 2>&1; then \
 			echo "Missing:$$missing. Install libpq and the PostgreSQL server (macOS: brew install libpq postgresql@15 pkg-config)." >&2; exit 2; \

@@ -43,6 +43,7 @@ public struct MigrationSession: Sendable {
         var configuration = configuration
         configuration.statementCacheCapacity = 0
         configuration.applicationName = configuration.applicationName ?? "bbmigrate"
+        configuration.serverSettings.merge(sessionSettings) { _, ours in ours }
         let connection: PostgresConnection
         do {
             connection = try await PostgresConnection.connect(configuration)
@@ -50,6 +51,7 @@ public struct MigrationSession: Sendable {
             throw MigratorError.classify(error, target: target)
         }
         do {
+            try await connection.executeUnsafeRawSQL(prepareSQL)
             guard let key = try await connection.fetchValue(Int64.self, keySQL) else {
                 throw MigratorError.migrationFailed("could not compute the migration lock key", fix: nil)
             }
@@ -64,7 +66,6 @@ public struct MigrationSession: Sendable {
                     "\(target) has standard_conforming_strings = off; bbmigrate (like psql) reads '…' strings the standard way",
                     fix: "ALTER DATABASE … SET standard_conforming_strings = on (the default since PostgreSQL 9.1)")
             }
-            try await session.prepare()
             return session
         } catch {
             await connection.close()
@@ -73,14 +74,18 @@ public struct MigrationSession: Sendable {
     }
 
     /// Session settings of a migration run: no idle-session killer may end it, and a killed
-    /// client's statement stops within a second (PostgreSQL 14+).
-    func prepare() async throws {
-        try await connection.execute("""
-            SELECT set_config('idle_in_transaction_session_timeout', '0', false),
-                   set_config('client_connection_check_interval', '1000', false),
-                   set_config('idle_session_timeout', '0', false)
-            """)
-    }
+    /// client's statement stops within a second. Sent in the startup packet, so they hold from
+    /// the session's first moment and `RESET ALL` keeps them; set again by `prepareSQL` where a
+    /// pooler drops startup options.
+    static let sessionSettings = [
+        "idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0", "client_connection_check_interval": "1000",
+    ]
+
+    static let prepareSQL = """
+        SELECT set_config('idle_in_transaction_session_timeout', '0', false),
+               set_config('client_connection_check_interval', '1000', false),
+               set_config('idle_session_timeout', '0', false)
+        """
 
     /// Proof of a transaction pooler: a second client session is given the same server
     /// process as this one (PgBouncer hands out the most recently released server
@@ -190,8 +195,8 @@ public struct MigrationSession: Sendable {
     /// AUTHORIZATION`, settings and `search_path`, temp tables, open cursors, `LISTEN`s and
     /// prepared statements end here. The advisory lock stays.
     func resetState() async throws {
-        try await connection.executeUnsafeRawSQL(Self.resetSQL)
-        try await prepare()
+        // One round trip: the session is never idle with the database's idle timeouts.
+        try await connection.executeUnsafeRawSQL(Self.resetSQL + "; " + Self.prepareSQL)
     }
 
     static let resetSQL = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; CLOSE ALL; UNLISTEN *; DISCARD TEMP; DEALLOCATE ALL"

@@ -363,7 +363,7 @@ public struct PlannedMigration: Sendable {
         if file.runsOutsideTransaction {
             if let mixed = statements.first(where: { $0.kind == .other }) {
                 throw MigratorError.configuration(
-                    "\(file.fileName):\(mixed.line): a \(MigrationFile.noTransactionMarker) file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …) and SET/RESET, but it has: \(mixed.text.prefix(60))",
+                    "\(file.fileName):\(mixed.line): a \(MigrationFile.noTransactionMarker) file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …) and SET, RESET or COMMENT ON, but it has: \(mixed.text.prefix(60))",
                     fix: "move that statement to a normal migration file")
             }
         } else if let lonely = statements.first(where: { $0.kind == .needsNoTransaction }) {
@@ -394,7 +394,7 @@ public struct PlannedMigration: Sendable {
         lines.append("INSERT INTO bbmigrate.schema_migrations (version, name, checksum, checksum_algorithm, duration_ms, baselined) "
             + "VALUES (\(file.version), '\(file.name)', '\(file.checksum)', '\(MigrationFile.checksumAlgorithm)', <duration_ms>, false);")
         lines.append(file.runsOutsideTransaction ? "DELETE FROM bbmigrate.statement_progress WHERE version = \(file.version);" : "COMMIT;")
-        lines.append(MigrationSession.resetSQL + ";")
+        lines.append(MigrationSession.resetSQL + ";\n" + MigrationSession.prepareSQL + ";")
         return lines.joined(separator: "\n")
     }
 }

@@ -432,8 +432,9 @@ extension SQLScript.Statement {
         case transactionControl
         /// Refused by PostgreSQL inside a transaction block (CREATE INDEX CONCURRENTLY, VACUUM, …).
         case needsNoTransaction
-        /// A session setting (SET, RESET) that may accompany the statements above.
-        case sessionSetting
+        /// SET, RESET and COMMENT ON: idempotent statements that may accompany the ones above
+        /// in a no-transaction file (a resumed run may repeat them harmlessly).
+        case companion
         case other
     }
 
@@ -444,7 +445,8 @@ extension SQLScript.Statement {
         case "BEGIN", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE": return .transactionControl
         case "START" where words.count > 1 && words[1] == "TRANSACTION": return .transactionControl
         case "PREPARE" where words.count > 1 && words[1] == "TRANSACTION": return .transactionControl
-        case "SET", "RESET": return .sessionSetting
+        case "SET", "RESET": return .companion
+        case "COMMENT" where words.count > 1 && words[1] == "ON": return .companion
         default: break
         }
         let noTransaction = [

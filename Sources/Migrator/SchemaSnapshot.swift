@@ -306,7 +306,7 @@ public struct SchemaSnapshot: Sendable, Equatable {
                    NULL, CASE WHEN acl.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(acl.grantee)::text END,
                    string_agg(acl.privilege_type || CASE WHEN acl.is_grantable THEN ' (with grant option)' ELSE '' END, ', ' ORDER BY acl.privilege_type)
             FROM pg_default_acl d LEFT JOIN pg_namespace n ON n.oid = d.defaclnamespace, aclexplode(d.defaclacl) acl
-            WHERE n.oid IS NULL OR \(schema)
+            WHERE (n.oid IS NULL OR \(schema)) AND acl.grantee <> d.defaclrole
             GROUP BY 1, 2, 3, 4
             """,
             // Grants: one attribute per grantee (the owner's own privileges excluded).

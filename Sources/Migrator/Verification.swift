@@ -64,9 +64,16 @@ public struct VerifyOptions: Sendable {
 }
 
 extension Migrator {
-    /// The prefix of scratch databases; the creator's server process id follows, so a later
-    /// run can tell an abandoned one (its creator is gone) from one in use.
-    static let scratchPrefix = "bbmigrate_scratch_"
+    /// The prefix of the scratch databases of the live database `name`:
+    /// `bbmigrate_scratch_<hash of name>_`, then the creator's server process id and a random
+    /// number, so a later verify of the same database can tell one a killed verify left (its
+    /// creator is gone) from one in use, and never touches another database's.
+    static func scratchPrefix(for name: String) -> String {
+        var hash: UInt32 = 2_166_136_261 // FNV-1a
+        for byte in name.utf8 { hash = (hash ^ UInt32(byte)) &* 16_777_619 }
+        let hex = String(hash, radix: 16)
+        return "bbmigrate_scratch_" + String(repeating: "0", count: 8 - hex.count) + hex + "_"
+    }
 
     /// Checks checksums, pending files and live schema drift, holding the migration lock (so a
     /// verify during an `up` waits for it, and says so if it cannot).
@@ -151,9 +158,10 @@ extension Migrator {
         defer { Task { await admin.close() } }
         let mayCreate = try await admin.fetchValue(Bool.self, "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user") ?? false
         guard mayCreate else { return nil }
-        await dropAbandonedScratchDatabases(admin)
-        let pid = await admin.backendPID
-        let name = "\(Self.scratchPrefix)\(pid)_\(UInt32.random(in: 0...UInt32.max))"
+        let prefix = Self.scratchPrefix(for: try await live.fetchValue(String.self, "SELECT current_database()::text") ?? "")
+        await dropAbandonedScratchDatabases(admin, prefix: prefix)
+        let pid = try await admin.fetchValue(Int32.self, "SELECT pg_backend_pid()") ?? 0
+        let name = "\(prefix)\(pid)_\(UInt32.random(in: 0...UInt32.max))"
         try await admin.execute("CREATE DATABASE \(identifier: name)")
         do {
             var scratchConfiguration = server
@@ -180,16 +188,16 @@ extension Migrator {
         }
     }
 
-    /// Scratch databases left by a verify that was killed: their creator's server process is
-    /// gone (or, for ones named before the pid was part of the name, nobody is connected).
-    /// Ones this user may not drop are left alone.
-    func dropAbandonedScratchDatabases(_ admin: PostgresConnection) async {
+    /// Scratch databases of this live database left by a verify that was killed: nobody is
+    /// connected to them and their creator's server process is gone. Ones this user may not
+    /// drop are left alone.
+    func dropAbandonedScratchDatabases(_ admin: PostgresConnection, prefix: String) async {
         guard let names = try? await admin.query("""
             SELECT d.datname FROM pg_database d
-            WHERE d.datname LIKE 'bbmigrate\\_scratch\\_%'
+            WHERE starts_with(d.datname, \(prefix))
               AND NOT EXISTS (SELECT FROM pg_stat_activity a
                               WHERE a.datname = d.datname
-                                 OR a.pid::text = substring(d.datname FROM '^bbmigrate_scratch_([0-9]+)_[0-9]+$'))
+                                 OR a.pid::text = split_part(substr(d.datname, length(\(prefix)) + 1), '_', 1))
             """).decodeColumn(String.self) else { return }
         for name in names {
             if (try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")) != nil {

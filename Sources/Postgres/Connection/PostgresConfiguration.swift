@@ -27,6 +27,15 @@ public struct PostgresConfiguration: Sendable {
     /// How many prepared statements each connection keeps (0 disables the cache, for
     /// PgBouncer in transaction mode).
     public var statementCacheCapacity: Int = 256
+    /// Server settings sent in the connection's startup packet (libpq's `options`, as
+    /// `-c name=value`), so they hold from the first moment of the session and `RESET ALL`
+    /// returns to them. They come after any `options` the connection string or `PGOPTIONS`
+    /// already gives, and win over them.
+    ///
+    /// ```swift
+    /// config.serverSettings["idle_session_timeout"] = "0"
+    /// ```
+    public var serverSettings: [String: String] = [:]
     /// Receives server notices (`RAISE NOTICE`, warnings). `nil` drops them.
     public var noticeHandler: (@Sendable (PostgresNotice) -> Void)?
 
@@ -40,6 +49,37 @@ public struct PostgresConfiguration: Sendable {
         var configuration = PostgresConfiguration("")
         configuration.connectionString = nil
         return configuration
+    }
+
+    /// libpq's `options` value: the string's (or `PGOPTIONS`') own, then `serverSettings`; nil
+    /// when there is nothing to add.
+    var startupOptions: String? {
+        guard !serverSettings.isEmpty else { return nil }
+        let ours = serverSettings.sorted { $0.key < $1.key }.map { "-c " + Self.escapeOption("\($0.key)=\($0.value)") }
+        let existing = conninfoValue("options") ?? ProcessInfo.processInfo.environment["PGOPTIONS"] ?? ""
+        return ([existing].filter { !$0.isEmpty } + ours).joined(separator: " ")
+    }
+
+    /// In libpq's `options`, a space or backslash inside a value is escaped with a backslash.
+    static func escapeOption(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: " ", with: "\\ ")
+    }
+
+    /// The value the connection string gives `keyword`, if any.
+    func conninfoValue(_ keyword: String) -> String? {
+        guard let connectionString, !connectionString.isEmpty else { return nil }
+        var error: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(connectionString, &error) else {
+            if let error { PQfreemem(error) }
+            return nil
+        }
+        defer { PQconninfoFree(options) }
+        var option = options
+        while let name = option.pointee.keyword {
+            if String(cString: name) == keyword { return option.pointee.val.map { String(cString: $0) } }
+            option += 1
+        }
+        return nil
     }
 
     /// The password the string carries, if any, so messages can hide it.

@@ -104,6 +104,10 @@ public actor PostgresConnection {
         values.append("babybasics")
         keywords.append("client_encoding")
         values.append("UTF8")
+        if let options = configuration.startupOptions {
+            keywords.append("options")
+            values.append(options)
+        }
 
         let connection = withCStringArray(keywords) { keywordPointers in
             withCStringArray(values) { valuePointers in
