@@ -7,13 +7,18 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps build build-tests test up down psql clean bench
+.PHONY: help deps build build-tests test fuzz up down psql clean bench
+
+# Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
+FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_SECONDS ?= 300
 
 help:
 	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate and verify"
 	@echo "make test   install what is missing, build (no warnings allowed), run every test"
 	@echo "make down   stop the development database in .bbdata/"
 	@echo "make psql   open psql on the development database"
+	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
 
 # libpq-dev (headers + pkg-config file), pkg-config, the PostgreSQL server programs that the
 # embedded cluster and the tests run, psql (the differential test's oracle) and pgbouncer (the
@@ -47,6 +52,12 @@ build-tests: deps
 
 test: build-tests
 	$(SWIFT) test --skip-build --disable-xctest
+	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
+	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+
+# The libFuzzer targets in Fuzz/ (a separate package, built with the address sanitizer).
+fuzz: deps
+	@Fuzz/run.sh $(FUZZ_SECONDS)
 
 # bbmigrate picks the database itself: DATABASE_URL if set, else the embedded cluster in .bbdata/.
 up: build
@@ -62,7 +73,7 @@ psql:
 	psql "$${DATABASE_URL:-$$($(BBMIGRATE) embedded url)}"
 
 clean:
-	rm -rf .build
+	rm -rf .build Fuzz/.build
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few

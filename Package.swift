@@ -14,6 +14,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
         // libpq, found through pkg-config.
@@ -40,11 +41,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based")]),
         .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
         .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres", "Migrator"]),
         .testTarget(name: "MigratorTests", dependencies: ["Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
-        .testTarget(name: "BabyBasicsStoreTests", dependencies: ["BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres"]),
+        .testTarget(name: "BabyBasicsStoreTests", dependencies: [
+            "BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -402,7 +402,7 @@ public struct PlannedMigration: Sendable {
 extension SQLScript.Statement {
     /// The file's line and column of the 1-based character `position` of `text` (the server's
     /// error position counts characters of the statement it was sent).
-    func lineAndColumn(ofCharacter position: Int) -> (line: Int, column: Int) {
+    public func lineAndColumn(ofCharacter position: Int) -> (line: Int, column: Int) {
         var line = textLine
         var column = textColumn
         var index = 1

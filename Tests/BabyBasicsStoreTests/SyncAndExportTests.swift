@@ -50,7 +50,7 @@ import Testing
                             } else {
                                 try await connection.execute("""
                                     INSERT INTO events (id, child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
-                                    VALUES (\(id), \(child.id), \(user.id), 'diaper', now() - \(PostgresInterval(seconds: Double(writer * 100 + step))), 'UTC', 0, '{"contents":"wet"}')
+                                    VALUES (\(id), \(child.id), \(user.id), 'diaper', now() - \(PostgresInterval(microseconds: Int64(writer * 100 + step) * 1_000_000)), 'UTC', 0, '{"contents":"wet"}')
                                     """)
                             }
                             // Hold the transaction open for a random time: commits land out of order.

@@ -26,7 +26,7 @@ public struct InviteRepository: Sendable {
     /// Creates an invite valid for `validFor` (default 48 hours). Primary only.
     public func create(for childID: UUID, validFor: Duration = .seconds(48 * 3600), as actingUser: UUID) async throws -> Invite {
         let seconds = Double(validFor.components.seconds) + Double(validFor.components.attoseconds) / 1e18
-        guard seconds >= 60, seconds <= 30 * 86_400 else {
+        guard seconds >= 60, seconds <= 30 * 86_400, let lifetime = PostgresInterval(seconds: seconds) else {
             throw StoreError.invalid(field: "validFor", reason: "must be between 1 minute and 30 days")
         }
         return try await mappingErrors {
@@ -38,7 +38,7 @@ public struct InviteRepository: Sendable {
                             \(Authorization.membership(of: childID, for: actingUser))
                         ), created AS (
                             INSERT INTO invites AS i (code, child_id, created_by, expires_at)
-                            SELECT \(code), \(childID), \(actingUser), now() + \(PostgresInterval(seconds: seconds))
+                            SELECT \(code), \(childID), \(actingUser), now() + \(lifetime)
                             FROM me WHERE me.role = 'primary'
                             RETURNING \(Invite.columns)
                         )

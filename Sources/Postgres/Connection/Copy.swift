@@ -19,9 +19,13 @@ public struct PostgresCopyWriter: ~Copyable {
     public private(set) var rows = 0
     var failed: PostgresError?
 
-    init(connection: OpaquePointer, fieldCount: Int) {
+    /// The most bytes handed to libpq at once (its limit is 2 GiB); a row may span chunks.
+    let chunkLimit: Int
+
+    init(connection: OpaquePointer, fieldCount: Int, chunkLimit: Int) {
         self.connection = connection
         self.fieldCount = fieldCount
+        self.chunkLimit = chunkLimit
         buffer.reserveCapacity(1 << 18)
         buffer.append(contentsOf: Array("PGCOPY\n".utf8) + [0xFF, 0x0D, 0x0A, 0x00]) // signature
         buffer.appendBigEndian(Int32(0)) // flags
@@ -55,14 +59,15 @@ public struct PostgresCopyWriter: ~Copyable {
             guard let length = Int32(exactly: buffer.count - lengthOffset - 4) else {
                 throw PostgresError(kind: .invalidParameter, message: "COPY row \(rows + 1), column \(column + 1): value larger than 2 GiB")
             }
-            // Keep every chunk sent to libpq under its 2 GiB length limit.
-            if buffer.count > Int(Int32.max) - (1 << 20) { try flush() }
             Swift.withUnsafeBytes(of: length.bigEndian) { bytes in
                 for index in 0..<4 { buffer[lengthOffset + index] = bytes[index] }
             }
+            // Keep every chunk sent to libpq under its 2 GiB length limit; the row's bytes so far
+            // are complete (its length is written), so it may continue in the next chunk.
+            if buffer.count > chunkLimit { try flush() }
         }
         rows += 1
-        if buffer.count >= 1 << 18 { try flush() }
+        if buffer.count >= min(1 << 18, chunkLimit) { try flush() }
     }
 
     /// Sends what is buffered.
@@ -100,6 +105,13 @@ extension PostgresConnection {
         table: String, schema: String? = nil, columns: [String],
         _ rows: @Sendable (inout PostgresCopyWriter) throws -> Void
     ) async throws -> Int {
+        try await copyIn(table: table, schema: schema, columns: columns, chunkLimit: Int(Int32.max) - (1 << 20), rows)
+    }
+
+    func copyIn(
+        table: String, schema: String? = nil, columns: [String], chunkLimit: Int,
+        _ rows: @Sendable (inout PostgresCopyWriter) throws -> Void
+    ) async throws -> Int {
         try checkOwnership()
         let target: SQL = schema.map { "\(identifier: $0, table)" } ?? "\(identifier: table)"
         let columnList = SQL.joined(columns.map { "\(identifier: $0)" })
@@ -107,7 +119,7 @@ extension PostgresConnection {
         return try await runCancellable {
             let connection = try self.liveConnection()
             try self.startCopy(connection, statement.text, expecting: PGRES_COPY_IN)
-            var writer = PostgresCopyWriter(connection: connection, fieldCount: columns.count)
+            var writer = PostgresCopyWriter(connection: connection, fieldCount: columns.count, chunkLimit: chunkLimit)
             do {
                 try rows(&writer)
                 writer.buffer.appendBigEndian(Int16(-1)) // trailer

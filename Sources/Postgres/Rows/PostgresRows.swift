@@ -94,6 +94,8 @@ public struct PostgresRows: Sendable, RandomAccessCollection {
 
     public var startIndex: Int { 0 }
     public var endIndex: Int { storage.rowCount }
+    /// The row at `position`. A position outside the result gives a row whose every decode
+    /// throws (naming the position), never a crash.
     public subscript(position: Int) -> PostgresRow { PostgresRow(storage: storage, index: position) }
 
     /// The result's columns, in order.
@@ -133,13 +135,35 @@ public struct PostgresRow: Sendable {
     /// The result's columns.
     public var columns: [PostgresColumn] { storage.columns }
 
-    /// The raw cell at `column` (valid while this row exists).
-    public func cell(at column: Int) -> PostgresCell { storage.cell(row: index, column: column) }
+    /// Calls `body` with the raw cell at `column`. The cell's bytes belong to the result and
+    /// are valid only inside `body`; copy what you need to keep.
+    ///
+    /// ```swift
+    /// let isJSON = try row.withCell(at: 0) { $0.type == .jsonb }
+    /// ```
+    public func withCell<R>(at column: Int, _ body: (PostgresCell) throws -> R) throws -> R {
+        try checkPosition(column: column, swiftType: R.self)
+        return try withExtendedLifetime(storage) { try body(storage.cell(row: index, column: column)) }
+    }
 
-    /// Whether the value at `column` is NULL.
+    /// Whether the value at `column` is NULL (true for a column or row that does not exist).
     public func isNull(at column: Int) -> Bool {
-        guard column >= 0, column < storage.columns.count, let result = storage.result else { return true }
+        guard column >= 0, column < storage.columns.count, index >= 0, index < storage.rowCount, let result = storage.result else { return true }
         return PQgetisnull(result, Int32(index), Int32(column)) != 0
+    }
+
+    /// Throws unless this row and `column` exist.
+    func checkPosition<T>(column: Int, swiftType: T.Type) throws(PostgresDecodingError) {
+        guard index >= 0, index < storage.rowCount else {
+            throw PostgresDecodingError(
+                column: "#\(column)", columnIndex: column, postgresType: .unspecified, swiftType: "\(T.self)",
+                reason: "row \(index) does not exist; the result has \(storage.rowCount) row(s)")
+        }
+        guard column >= 0, column < storage.columns.count else {
+            throw PostgresDecodingError(
+                column: "#\(column)", columnIndex: column, postgresType: .unspecified, swiftType: "\(T.self)",
+                reason: "the result has \(storage.columns.count) column(s)")
+        }
     }
 
     /// The zero-based index of the column named `name`.
@@ -147,11 +171,7 @@ public struct PostgresRow: Sendable {
 
     /// The value at position `column`.
     public func decode<T: PostgresDecodable>(_ type: T.Type, at column: Int) throws -> T {
-        guard column >= 0, column < storage.columns.count else {
-            throw PostgresDecodingError(
-                column: "#\(column)", columnIndex: column, postgresType: .unspecified, swiftType: "\(T.self)",
-                reason: "the result has \(storage.columns.count) column(s)")
-        }
+        try checkPosition(column: column, swiftType: T.self)
         return try T(from: storage.cell(row: index, column: column))
     }
 
@@ -162,6 +182,7 @@ public struct PostgresRow: Sendable {
                 column: name, columnIndex: -1, postgresType: .unspecified, swiftType: "\(T.self)",
                 reason: "there is no such column; the result has: \(storage.columns.map(\.name).joined(separator: ", "))")
         }
+        try checkPosition(column: column, swiftType: T.self)
         return try T(from: storage.cell(row: index, column: column))
     }
 

@@ -95,7 +95,7 @@ private struct CellDecoder: Decoder, SingleValueDecodingContainer {
     let codingPath: [any CodingKey]
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
-    var cell: PostgresCell { row.cell(at: column) }
+    var cell: PostgresCell { row.storage.cell(row: row.index, column: column) }
 
     func decodeValue<T: Decodable>(_ type: T.Type) throws -> T {
         if let native = T.self as? any PostgresDecodable.Type {

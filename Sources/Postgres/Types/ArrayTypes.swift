@@ -2,8 +2,10 @@ import Foundation
 
 /// A type that can be an element of a one-dimensional PostgreSQL array.
 ///
-/// `Int16`, `Int32`, `Int64`, `Int`, `String`, `UUID`, `Bool`, `Double`, `Float` and `Data`
-/// conform, and so does `Optional` of each, for arrays holding NULL.
+/// `Int16`, `Int32`, `Int64`, `Int`, `String`, `UUID`, `Bool`, `Double`, `Float`, `Data`,
+/// `Date` (timestamptz), `PostgresDate`, `PostgresTime`, `PostgresInterval`, `Decimal`,
+/// `PostgresNumeric` and `PostgresJSON` conform, and so does `Optional` of each, for arrays
+/// holding NULL.
 ///
 /// ```swift
 /// let ids: [UUID] = [a, b]
@@ -40,6 +42,13 @@ extension Bool: PostgresArrayElement { public static var arrayType: PostgresType
 extension Double: PostgresArrayElement { public static var arrayType: PostgresType { .float8Array } }
 extension Float: PostgresArrayElement { public static var arrayType: PostgresType { .float4Array } }
 extension Data: PostgresArrayElement { public static var arrayType: PostgresType { .byteaArray } }
+extension Date: PostgresArrayElement { public static var arrayType: PostgresType { .timestamptzArray } }
+extension PostgresDate: PostgresArrayElement { public static var arrayType: PostgresType { .dateArray } }
+extension PostgresTime: PostgresArrayElement { public static var arrayType: PostgresType { .timeArray } }
+extension PostgresInterval: PostgresArrayElement { public static var arrayType: PostgresType { .intervalArray } }
+extension Decimal: PostgresArrayElement { public static var arrayType: PostgresType { .numericArray } }
+extension PostgresNumeric: PostgresArrayElement { public static var arrayType: PostgresType { .numericArray } }
+extension PostgresJSON: PostgresArrayElement { public static var arrayType: PostgresType { .jsonbArray } }
 
 extension Optional: PostgresArrayElement where Wrapped: PostgresArrayElement {
     public static var elementType: PostgresType { Wrapped.elementType }
@@ -97,27 +106,30 @@ extension Array: PostgresDecodable where Element: PostgresArrayElement {
     }
 
     private static func decodeBinary(_ bytes: UnsafeRawBufferPointer, cell: PostgresCell) throws -> [Element] {
-        guard let dimensions = bytes.readBigEndian(Int32.self, at: 0), let elementOID = bytes.readBigEndian(UInt32.self, at: 8) else {
+        guard let dimensions = bytes.readBigEndian(Int32.self, at: 0), let flags = bytes.readBigEndian(Int32.self, at: 4),
+              let elementOID = bytes.readBigEndian(UInt32.self, at: 8), flags == 0 || flags == 1 else {
             throw cell.mismatch([Element].self, expected: "an array")
         }
         if dimensions == 0 { return [] }
         guard dimensions == 1 else {
-            throw cell.failure([Element].self, "\(dimensions)-dimensional arrays are not supported; only one dimension")
+            throw cell.failure([Element].self, "a \(dimensions)-dimensional array cannot decode as a Swift array; select one dimension (unnest, or arr[i][:])")
         }
-        guard let count = bytes.readBigEndian(Int32.self, at: 12), count >= 0 else {
+        // The lower bound (at 16) may be anything: '[0:2]={1,2,3}' decodes as [1, 2, 3].
+        guard let count = bytes.readBigEndian(Int32.self, at: 12), count >= 0, bytes.readBigEndian(Int32.self, at: 16) != nil,
+              Int(count) <= (bytes.count - 20) / 4 else {
             throw cell.failure([Element].self, "malformed array header")
         }
         var result: [Element] = []
         result.reserveCapacity(Int(count))
         var offset = 20
         for _ in 0..<Int(count) {
-            guard let length = bytes.readBigEndian(Int32.self, at: offset) else {
+            guard let length = bytes.readBigEndian(Int32.self, at: offset), length >= -1 else {
                 throw cell.failure([Element].self, "truncated array")
             }
             offset += 4
             var element: UnsafeRawBufferPointer?
             if length >= 0 {
-                guard offset + Int(length) <= bytes.count else { throw cell.failure([Element].self, "truncated array") }
+                guard Int(length) <= bytes.count - offset else { throw cell.failure([Element].self, "truncated array") }
                 element = UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + Int(length))])
                 offset += Int(length)
             }
@@ -126,13 +138,22 @@ extension Array: PostgresDecodable where Element: PostgresArrayElement {
                 columnName: cell.columnName + "[\(result.count + 1)]", columnIndex: cell.columnIndex)
             result.append(try Element.decodeElement(from: elementCell))
         }
+        guard offset == bytes.count else { throw cell.failure([Element].self, "\(bytes.count - offset) stray bytes after the array") }
         return result
     }
 
-    /// Parses `{1,2,NULL}` and `{"a b","c\"d"}` (one dimension).
+    /// Parses `{1,2,NULL}`, `{"a b","c\"d"}` and `[0:2]={1,2,3}` (one dimension).
     private static func decodeText(_ text: String, cell: PostgresCell) throws -> [Element] {
-        let characters = [UInt8](text.utf8)
-        guard characters.first == UInt8(ascii: "{"), characters.last == UInt8(ascii: "}") else {
+        var characters = [UInt8](text.utf8)
+        // Bounds decoration, present when the lower bound is not 1: [0:2]=
+        if characters.first == UInt8(ascii: "["), let equals = characters.firstIndex(of: UInt8(ascii: "=")) {
+            let decoration = characters[..<equals]
+            guard decoration.filter({ $0 == UInt8(ascii: "[") }).count == 1 else {
+                throw cell.failure([Element].self, "a multi-dimensional array cannot decode as a Swift array")
+            }
+            characters.removeSubrange(...equals)
+        }
+        guard characters.count >= 2, characters.first == UInt8(ascii: "{"), characters.last == UInt8(ascii: "}") else {
             throw cell.failure([Element].self, "\"\(text)\" is not an array literal")
         }
         var items: [[UInt8]?] = []

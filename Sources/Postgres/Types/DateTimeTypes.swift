@@ -1,7 +1,8 @@
 import Foundation
 
-/// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01 (UTC).
-private let postgresEpochMicrosFromUnix: Int64 = 946_684_800_000_000
+/// Microseconds from PostgreSQL's epoch (2000-01-01 UTC) to Foundation's reference date
+/// (2001-01-01 UTC): 366 days.
+private let referenceDateMicrosSincePostgresEpoch: Int64 = 31_622_400_000_000
 
 // MARK: timestamptz <-> Date
 
@@ -10,11 +11,13 @@ extension Date: PostgresEncodable, PostgresDecodable {
     public static var postgresType: PostgresType { .timestamptz }
 
     public func encode(into buffer: inout [UInt8]) throws(PostgresError) {
-        let micros = (timeIntervalSince1970 * 1_000_000).rounded()
-        guard let unixMicros = Int64(exactly: micros) else {
-            throw PostgresError(kind: .invalidParameter, message: "the date \(self) is outside PostgreSQL's timestamptz range")
+        guard let micros = TimestampRange.postgresMicroseconds(of: self) else {
+            // Not `\(self)`: Foundation's description of a NaN date traps.
+            throw PostgresError(
+                kind: .invalidParameter,
+                message: "the date \(timeIntervalSinceReferenceDate) s from 2001-01-01 is outside PostgreSQL's timestamptz range (4713 BC to 294276 AD)")
         }
-        buffer.appendBigEndian(unixMicros - postgresEpochMicrosFromUnix)
+        buffer.appendBigEndian(micros)
     }
 
     /// Decodes `timestamptz`, and `timestamp` (taken as UTC). `±infinity` is refused.
@@ -37,8 +40,38 @@ extension Date: PostgresEncodable, PostgresDecodable {
             }
             micros = parsed
         }
-        // One exact integer subtraction, one correctly rounded division: microseconds survive.
-        self = Date(timeIntervalSince1970: Double(micros + postgresEpochMicrosFromUnix) / 1_000_000)
+        self = TimestampRange.date(fromPostgresMicroseconds: micros)
+    }
+}
+
+/// PostgreSQL's timestamp range and the conversion to `Date`.
+enum TimestampRange {
+    /// 4713-11-24 BC 00:00 to 294276-12-31 23:59:59.999999, in microseconds since 2000-01-01.
+    static let microseconds: ClosedRange<Int64> = -211_813_488_000_000_000...9_223_371_331_199_999_999
+
+    /// One exact integer subtraction and one correctly rounded division, relative to `Date`'s own
+    /// reference date: every microsecond survives decode → encode within about 136 years of
+    /// 2001 (1865–2137); farther out a `Double` of seconds cannot hold every microsecond, and
+    /// the value moves by at most a microsecond or so. Never traps.
+    static func date(fromPostgresMicroseconds micros: Int64) -> Date {
+        let (relative, overflow) = micros.subtractingReportingOverflow(referenceDateMicrosSincePostgresEpoch)
+        if !overflow { return Date(timeIntervalSinceReferenceDate: Double(relative) / 1_000_000) }
+        return Date(timeIntervalSinceReferenceDate: Double(micros) / 1_000_000 - Double(referenceDateMicrosSincePostgresEpoch / 1_000_000))
+    }
+
+    /// `date` in PostgreSQL's microseconds, rounded to the microsecond; nil outside the range
+    /// (or for a NaN date).
+    static func postgresMicroseconds(of date: Date) -> Int64? {
+        let micros = (date.timeIntervalSinceReferenceDate * 1_000_000).rounded()
+        guard micros.isFinite, let relative = Int64(exactly: micros) else { return nil }
+        let (value, overflow) = relative.addingReportingOverflow(referenceDateMicrosSincePostgresEpoch)
+        guard !overflow else { return nil }
+        // At the far ends a Double of seconds is coarser than a millisecond: a date decoded from
+        // the very first or last timestamp may round just past it. Within that slack, the end.
+        let slack: Int64 = 10_000
+        if value > microseconds.upperBound && value - microseconds.upperBound <= slack { return microseconds.upperBound }
+        if value < microseconds.lowerBound && microseconds.lowerBound - value <= slack { return microseconds.lowerBound }
+        return microseconds.contains(value) ? value : nil
     }
 }
 
@@ -51,11 +84,13 @@ enum TimestampText {
         let parts = scanner.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, let date = PostgresDate(isoText: String(parts[0])) else { return nil }
         var clock = parts[1]
-        var offsetSeconds = 0
+        var offsetSeconds: Int64 = 0
         if let signIndex = clock.lastIndex(where: { $0 == "+" || $0 == "-" }) {
-            let zone = clock[clock.index(after: signIndex)...].split(separator: ":").map { Int($0) }
-            guard !zone.isEmpty, zone.allSatisfy({ $0 != nil }) else { return nil }
-            let values = zone.compactMap { $0 }
+            // At most ±HH:MM:SS with two digits each (PostgreSQL zones stay within ±16 hours).
+            let zone = clock[clock.index(after: signIndex)...].split(separator: ":", omittingEmptySubsequences: false)
+            guard (1...3).contains(zone.count), zone.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isASCII) }) else { return nil }
+            let values = zone.compactMap { Int64($0) }
+            guard values.count == zone.count, values[0] <= 23, values.dropFirst().allSatisfy({ $0 <= 59 }) else { return nil }
             offsetSeconds = values[0] * 3600 + (values.count > 1 ? values[1] * 60 : 0) + (values.count > 2 ? values[2] : 0)
             if clock[signIndex] == "-" { offsetSeconds = -offsetSeconds }
             clock = clock[..<signIndex]
@@ -63,7 +98,11 @@ enum TimestampText {
         guard let time = PostgresTime(isoText: String(clock)) else { return nil }
         let year = bc ? 1 - date.year : date.year
         let days = Int64(PostgresDate(year: year, month: date.month, day: date.day).daysSince2000)
-        return days * 86_400_000_000 + time.microsecondsSinceMidnight - Int64(offsetSeconds) * 1_000_000
+        let (dayMicros, o1) = days.multipliedReportingOverflow(by: 86_400_000_000)
+        let (local, o2) = dayMicros.addingReportingOverflow(time.microsecondsSinceMidnight)
+        let (micros, o3) = local.subtractingReportingOverflow(offsetSeconds * 1_000_000)
+        guard !(o1 || o2 || o3), TimestampRange.microseconds.contains(micros) else { return nil }
+        return micros
     }
 }
 
@@ -90,16 +129,27 @@ public struct PostgresDate: Hashable, Comparable, Sendable, Codable, CustomStrin
         self.day = day
     }
 
-    /// Parses `YYYY-MM-DD`; `nil` if it is not a real calendar day.
+    /// Parses `YYYY-MM-DD`; `nil` if it is not a real calendar day within PostgreSQL's range
+    /// (years -4712 to 5874897, that is 4713 BC to 5874897 AD).
     public init?(isoText text: String) {
         var negative = false
         var body = Substring(text)
         if body.first == "-" { negative = true; body = body.dropFirst() }
-        let fields = body.split(separator: "-")
-        guard fields.count == 3, let y = Int(fields[0]), let m = Int(fields[1]), let d = Int(fields[2]),
+        let fields = body.split(separator: "-", omittingEmptySubsequences: false)
+        guard fields.count == 3, fields[0].count <= 7, fields[1].count <= 2, fields[2].count <= 2,
+              let y = Int(fields[0]), let m = Int(fields[1]), let d = Int(fields[2]),
               (1...12).contains(m), (1...31).contains(d) else { return nil }
         self.init(year: negative ? -y : y, month: m, day: d)
-        guard PostgresDate(daysSince2000: daysSince2000) == self else { return nil }
+        guard isValid else { return nil }
+    }
+
+    /// PostgreSQL's `date` range, in years (astronomical numbering: 0 is 1 BC).
+    public static let validYears = -4712...5_874_897
+
+    /// A real calendar day (no February 30th) within PostgreSQL's range.
+    public var isValid: Bool {
+        Self.validYears.contains(year) && (1...12).contains(month) && (1...31).contains(day)
+            && PostgresDate(daysSince2000: daysSince2000) == self
     }
 
     /// The calendar date in `timeZone` at the instant `date`.
@@ -110,37 +160,39 @@ public struct PostgresDate: Hashable, Comparable, Sendable, Codable, CustomStrin
         self.init(year: parts.year ?? 1970, month: parts.month ?? 1, day: parts.day ?? 1)
     }
 
-    /// Days since 2000-01-01 (PostgreSQL's binary form), proleptic Gregorian calendar.
+    /// Days since 2000-01-01 (PostgreSQL's binary form), proleptic Gregorian calendar. Exact
+    /// for every date `isValid` accepts; for absurd years it wraps rather than trapping.
     public var daysSince2000: Int {
-        // Howard Hinnant's days_from_civil.
-        let y = month <= 2 ? year - 1 : year
-        let era = (y >= 0 ? y : y - 399) / 400
-        let yoe = y - era * 400
-        let mp = (month + 9) % 12
-        let doy = (153 * mp + 2) / 5 + day - 1
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        return era * 146_097 + doe - 719_468 - 10_957
+        // Howard Hinnant's days_from_civil, with wrapping arithmetic.
+        let y = month <= 2 ? year &- 1 : year
+        let era = (y >= 0 ? y : y &- 399) / 400
+        let yoe = y &- era &* 400
+        let mp = (month.clamped(to: -1_000...1_000) &+ 9) % 12
+        let doy = (153 &* mp &+ 2) / 5 &+ day.clamped(to: -1_000...1_000) &- 1
+        let doe = yoe &* 365 &+ yoe / 4 &- yoe / 100 &+ doy
+        return era &* 146_097 &+ doe &- 719_468 &- 10_957
     }
 
-    /// The date `days` days after 2000-01-01.
+    /// The date `days` days after 2000-01-01 (wrapping, never trapping, far outside any calendar).
     public init(daysSince2000 days: Int) {
-        let z = days + 10_957 + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let doe = z - era * 146_097
+        let z = days &+ 10_957 &+ 719_468
+        let era = (z >= 0 ? z : z &- 146_096) / 146_097
+        let doe = z &- era &* 146_097
         let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
         let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
         let mp = (5 * doy + 2) / 153
         let d = doy - (153 * mp + 2) / 5 + 1
         let m = mp < 10 ? mp + 3 : mp - 9
-        self.init(year: yoe + era * 400 + (m <= 2 ? 1 : 0), month: m, day: d)
+        self.init(year: yoe &+ era &* 400 &+ (m <= 2 ? 1 : 0), month: m, day: d)
     }
 
     /// The next (or previous, for negative `days`) calendar day.
-    public func adding(days: Int) -> PostgresDate { PostgresDate(daysSince2000: daysSince2000 + days) }
+    public func adding(days: Int) -> PostgresDate { PostgresDate(daysSince2000: daysSince2000 &+ days) }
 
-    /// `YYYY-MM-DD`.
+    /// `YYYY-MM-DD` (a negative year for BC, astronomical numbering).
     public var description: String {
-        let y = year < 0 ? "-" + pad(-year, 4) : pad(year, 4)
+        let digits = String(year.magnitude)
+        let y = (year < 0 ? "-" : "") + String(repeating: "0", count: max(0, 4 - digits.count)) + digits
         return "\(y)-\(pad(month, 2))-\(pad(day, 2))"
     }
 
@@ -148,8 +200,8 @@ public struct PostgresDate: Hashable, Comparable, Sendable, Codable, CustomStrin
 
     public static var postgresType: PostgresType { .date }
     public func encode(into buffer: inout [UInt8]) throws(PostgresError) {
-        guard let days = Int32(exactly: daysSince2000) else {
-            throw PostgresError(kind: .invalidParameter, message: "the date \(self) is outside PostgreSQL's date range")
+        guard isValid, let days = Int32(exactly: daysSince2000) else {
+            throw PostgresError(kind: .invalidParameter, message: "the date \(self) is not a calendar day within PostgreSQL's date range (4713 BC to 5874897 AD)")
         }
         buffer.appendBigEndian(days)
     }
@@ -204,24 +256,34 @@ public struct PostgresTime: Hashable, Comparable, Sendable, Codable, CustomStrin
 
     public init(microsecondsSinceMidnight: Int64) { self.microsecondsSinceMidnight = microsecondsSinceMidnight }
 
+    /// Out-of-range parts give a time that `isValid` refuses (and `encode` throws for); they
+    /// never trap.
     public init(hour: Int, minute: Int, second: Int = 0, microsecond: Int = 0) {
+        let parts = [hour, minute, second, microsecond]
+        guard parts.allSatisfy({ $0.magnitude < 100_000_000 }) else {
+            microsecondsSinceMidnight = -1
+            return
+        }
         microsecondsSinceMidnight = ((Int64(hour) * 60 + Int64(minute)) * 60 + Int64(second)) * 1_000_000 + Int64(microsecond)
     }
+
+    /// Within 00:00:00 … 24:00:00.
+    public var isValid: Bool { (0...86_400_000_000).contains(microsecondsSinceMidnight) }
 
     /// Parses `HH:MM[:SS[.ffffff]]`.
     public init?(isoText text: String) {
         let fields = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard fields.count == 2 || fields.count == 3, let h = Int(fields[0]), let m = Int(fields[1]),
+        guard fields.count == 2 || fields.count == 3, fields.allSatisfy({ $0.count <= 16 }), let h = Int(fields[0]), let m = Int(fields[1]),
               (0...24).contains(h), (0...59).contains(m) else { return nil }
         var seconds = 0
         var micros = 0
         if fields.count == 3 {
             let secondParts = fields[2].split(separator: ".", omittingEmptySubsequences: false)
-            guard let s = Int(secondParts[0]), (0...60).contains(s), secondParts.count <= 2 else { return nil }
+            guard secondParts.count <= 2, let s = Int(secondParts[0]), (0...60).contains(s) else { return nil }
             seconds = s
             if secondParts.count == 2 {
                 let fraction = secondParts[1].prefix(6)
-                guard !fraction.isEmpty, let f = Int(fraction) else { return nil }
+                guard !fraction.isEmpty, fraction.allSatisfy(\.isASCII), let f = Int(fraction), f >= 0 else { return nil }
                 micros = f * Int(pow(10, Double(6 - fraction.count)))
             }
         }
@@ -245,15 +307,21 @@ public struct PostgresTime: Hashable, Comparable, Sendable, Codable, CustomStrin
     }
 
     public static var postgresType: PostgresType { .time }
-    public func encode(into buffer: inout [UInt8]) throws(PostgresError) { buffer.appendBigEndian(microsecondsSinceMidnight) }
+    public func encode(into buffer: inout [UInt8]) throws(PostgresError) {
+        guard isValid else {
+            throw PostgresError(kind: .invalidParameter, message: "\(microsecondsSinceMidnight) µs is not a time of day (00:00:00 to 24:00:00)")
+        }
+        buffer.appendBigEndian(microsecondsSinceMidnight)
+    }
 
     public init(from cell: PostgresCell) throws {
         let bytes = try cell.nonNull(PostgresTime.self)
         switch cell.format {
         case .binary:
-            guard cell.type == .time, let micros = bytes.readBigEndian(Int64.self, at: 0) else {
+            guard cell.type == .time, bytes.count == 8, let micros = bytes.readBigEndian(Int64.self, at: 0) else {
                 throw cell.mismatch(PostgresTime.self, expected: "time")
             }
+            guard (0...86_400_000_000).contains(micros) else { throw cell.failure(PostgresTime.self, "\(micros) µs is not a time of day") }
             self.init(microsecondsSinceMidnight: micros)
         case .text:
             let text = String(decoding: bytes, as: UTF8.self)
@@ -297,14 +365,19 @@ public struct PostgresInterval: Hashable, Sendable, Codable, CustomStringConvert
         self.microseconds = microseconds
     }
 
-    /// An interval of whole seconds, rounded to the microsecond.
-    public init(seconds: Double) { self.init(microseconds: Int64((seconds * 1_000_000).rounded())) }
+    /// An interval of `seconds`, rounded to the microsecond; nil when `seconds` is not finite or
+    /// does not fit (about ±292,000 years).
+    public init?(seconds: Double) {
+        let micros = (seconds * 1_000_000).rounded()
+        guard micros.isFinite, let exact = Int64(exactly: micros) else { return nil }
+        self.init(microseconds: exact)
+    }
 
     /// `1 mon 2 days 03:04:05.000006` style.
     public var description: String {
         var parts: [String] = []
-        if months != 0 { parts.append("\(months) mon\(abs(months) == 1 ? "" : "s")") }
-        if days != 0 { parts.append("\(days) day\(abs(days) == 1 ? "" : "s")") }
+        if months != 0 { parts.append("\(months) mon\(months.magnitude == 1 ? "" : "s")") }
+        if days != 0 { parts.append("\(days) day\(days.magnitude == 1 ? "" : "s")") }
         if microseconds != 0 || parts.isEmpty {
             let sign = microseconds < 0 ? "-" : ""
             let m = microseconds.magnitude
@@ -339,40 +412,48 @@ public struct PostgresInterval: Hashable, Sendable, Codable, CustomStringConvert
         }
     }
 
-    /// Parses the default `IntervalStyle = postgres` output: `1 year 2 mons -3 days 04:05:06.7`.
+    /// Parses the `IntervalStyle = postgres` output (which the connection pins):
+    /// `1 year 2 mons -3 days 04:05:06.7`. Any value that does not fit is nil, never a trap.
     init?(postgresText text: String) {
         var months: Int64 = 0
         var days: Int64 = 0
         var micros: Int64 = 0
         let tokens = text.split(separator: " ")
         var index = 0
+        /// `a * b + c`, nil on overflow.
+        func fused(_ a: Int64, _ b: Int64, _ c: Int64) -> Int64? {
+            let (product, o1) = a.multipliedReportingOverflow(by: b)
+            let (sum, o2) = product.addingReportingOverflow(c)
+            return o1 || o2 ? nil : sum
+        }
         while index < tokens.count {
             let token = tokens[index]
             if token.contains(":") {
                 var clock = token
                 var negative = false
                 if clock.first == "-" { negative = true; clock = clock.dropFirst() } else if clock.first == "+" { clock = clock.dropFirst() }
-                let fields = clock.split(separator: ":")
-                guard fields.count == 3, let h = Int64(fields[0]), let m = Int64(fields[1]) else { return nil }
-                let secondParts = fields[2].split(separator: ".")
-                guard let s = Int64(secondParts[0]) else { return nil }
+                let fields = clock.split(separator: ":", omittingEmptySubsequences: false)
+                guard fields.count == 3, let h = Int64(fields[0]), let m = Int64(fields[1]), h >= 0, (0...59).contains(m) else { return nil }
+                let secondParts = fields[2].split(separator: ".", omittingEmptySubsequences: false)
+                guard secondParts.count <= 2, let s = Int64(secondParts[0]), (0...59).contains(s) else { return nil }
                 var fraction: Int64 = 0
                 if secondParts.count == 2 {
                     let digits = secondParts[1].prefix(6)
-                    guard let f = Int64(digits) else { return nil }
+                    guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }), let f = Int64(digits) else { return nil }
                     fraction = f * Int64(pow(10, Double(6 - digits.count)))
                 }
-                let value = ((h * 60 + m) * 60 + s) * 1_000_000 + fraction
-                micros += negative ? -value : value
+                guard let minutes = fused(h, 60, m), let seconds = fused(minutes, 60, s), let value = fused(seconds, 1_000_000, fraction),
+                      let total = fused(negative ? -1 : 1, value, micros) else { return nil }
+                micros = total
                 index += 1
                 continue
             }
             guard let number = Int64(token), index + 1 < tokens.count else { return nil }
             let unit = tokens[index + 1]
             switch unit {
-            case "year", "years": months += number * 12
-            case "mon", "mons": months += number
-            case "day", "days": days += number
+            case "year", "years": guard let total = fused(number, 12, months) else { return nil }; months = total
+            case "mon", "mons": guard let total = fused(number, 1, months) else { return nil }; months = total
+            case "day", "days": guard let total = fused(number, 1, days) else { return nil }; days = total
             default: return nil
             }
             index += 2
@@ -386,4 +467,8 @@ public struct PostgresInterval: Hashable, Sendable, Codable, CustomStringConvert
 func pad(_ value: Int, _ width: Int) -> String {
     let text = String(value)
     return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
+}
+
+extension Comparable {
+    func clamped(to range: ClosedRange<Self>) -> Self { min(max(self, range.lowerBound), range.upperBound) }
 }

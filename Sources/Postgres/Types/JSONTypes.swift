@@ -30,16 +30,29 @@ public struct PostgresJSON<Value: Codable & Sendable>: Sendable, PostgresEncodab
 }
 
 enum JSONCoding {
+    /// Dates as ISO 8601 with microseconds (`2026-11-23T03:04:05.123456Z`), PostgreSQL's own
+    /// precision: `.iso8601` would drop the fraction.
     static var encoder: JSONEncoder {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(ISOTimestamp.format(date))
+        }
         return encoder
     }
 
+    /// Reads dates with or without a fraction, with `Z` or an offset.
     static var decoder: JSONDecoder {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = ISOTimestamp.parse(text) else {
+                throw DecodingError.dataCorruptedError(in: container, debugDescription: "\"\(text)\" is not an ISO 8601 timestamp")
+            }
+            return date
+        }
         return decoder
     }
 
@@ -65,5 +78,36 @@ enum JSONCoding {
             throw cell.mismatch(swiftType, expected: "json or jsonb")
         }
         return Data(bytes)
+    }
+}
+
+/// ISO 8601 timestamps to the microsecond, for JSON.
+enum ISOTimestamp {
+    /// `2026-11-23T03:04:05.123456Z` (the fraction left out when it is zero).
+    static func format(_ date: Date) -> String {
+        let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
+        guard totalMicros.isFinite, abs(totalMicros) < 9e18 else { return date.ISO8601Format() }
+        let micros = Int64(totalMicros)
+        let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
+        let fraction = micros - seconds * 1_000_000
+        let whole = Date(timeIntervalSince1970: TimeInterval(seconds)).ISO8601Format()  // ...Z
+        guard fraction != 0 else { return whole }
+        return String(whole.dropLast()) + "." + pad(Int(fraction), 6) + "Z"
+    }
+
+    /// Accepts `…Z`, `…+02:00`, with or without a fraction of up to 9 digits.
+    static func parse(_ text: String) -> Date? {
+        var body = Substring(text)
+        var fraction: Double = 0
+        if let dot = body.firstIndex(of: ".") {
+            var end = body.index(after: dot)
+            while end < body.endIndex, body[end].isASCII, body[end].isNumber { end = body.index(after: end) }
+            let digits = body[body.index(after: dot)..<end]
+            guard !digits.isEmpty, digits.count <= 9, let value = Int(digits) else { return nil }
+            fraction = Double(value) / pow(10, Double(digits.count))
+            body = body[..<dot] + body[end...]
+        }
+        guard let whole = try? Date(String(body), strategy: .iso8601) else { return nil }
+        return whole.addingTimeInterval(fraction)
     }
 }

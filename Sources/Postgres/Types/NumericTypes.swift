@@ -181,19 +181,30 @@ struct NumericDigits {
             return index >= 0 && index < digits.count ? digits[index] : 0
         }
         var text = sign == 0x4000 ? "-" : ""
-        if weight < 0 {
-            text += "0"
-        } else {
-            text += String(group(Int(weight)))
-            var exponent = Int(weight) - 1
-            while exponent >= 0 { text += pad(group(exponent), 4); exponent -= 1 }
+        // The integer part without leading zeros (the server never sends them, but a weight
+        // above the digits it holds must not turn into a run of zeros).
+        var integer = ""
+        var exponent = Int(weight)
+        while exponent >= 0 {
+            let value = group(exponent)
+            integer += integer.isEmpty ? (value == 0 ? "" : String(value)) : pad(value, 4)
+            exponent -= 1
         }
+        text += integer.isEmpty ? "0" : integer
+        var fraction = ""
         if dscale > 0 {
-            var fraction = ""
             var exponent = -1
-            while fraction.count < Int(dscale) { fraction += pad(group(exponent), 4); exponent -= 1 }
-            text += "." + fraction.prefix(Int(dscale))
+            var length = 0
+            while length < Int(dscale) {
+                fraction += pad(group(exponent), 4)
+                length += 4
+                exponent -= 1
+            }
+            fraction = String(fraction.prefix(Int(dscale)))
+            text += "." + fraction
         }
+        // Zero has no sign.
+        if sign == 0x4000, integer.isEmpty, fraction.allSatisfy({ $0 == "0" }) { text.removeFirst() }
         return text
     }
 }

@@ -42,7 +42,7 @@ public typealias PostgresCodable = PostgresEncodable & PostgresDecodable
 /// One value of one row, as it came from the server. Valid only during the decode call.
 ///
 /// ```swift
-/// let isJSON = row.cell(at: 0).type == .jsonb
+/// let isJSON = try row.withCell(at: 0) { $0.type == .jsonb }
 /// ```
 public struct PostgresCell {
     /// The raw bytes, or `nil` for SQL NULL.

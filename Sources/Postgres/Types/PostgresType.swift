@@ -50,6 +50,19 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
     public static let float4Array = PostgresType(1021)
     public static let float8Array = PostgresType(1022)
     public static let uuidArray = PostgresType(2951)
+    public static let jsonArray = PostgresType(199)
+    public static let timestampArray = PostgresType(1115)
+    public static let dateArray = PostgresType(1182)
+    public static let timeArray = PostgresType(1183)
+    public static let timestamptzArray = PostgresType(1185)
+    public static let intervalArray = PostgresType(1187)
+    public static let numericArray = PostgresType(1231)
+    public static let jsonbArray = PostgresType(3807)
+    public static let int4range = PostgresType(3904)
+    public static let numrange = PostgresType(3906)
+    public static let tstzrange = PostgresType(3910)
+    public static let daterange = PostgresType(3912)
+    public static let int8range = PostgresType(3926)
 
     /// The SQL name of a built-in type, or `oid 12345` for others.
     public var description: String {
@@ -89,6 +102,19 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
         case .float4Array: "real[]"
         case .float8Array: "double precision[]"
         case .uuidArray: "uuid[]"
+        case .jsonArray: "json[]"
+        case .timestampArray: "timestamp[]"
+        case .dateArray: "date[]"
+        case .timeArray: "time[]"
+        case .timestamptzArray: "timestamptz[]"
+        case .intervalArray: "interval[]"
+        case .numericArray: "numeric[]"
+        case .jsonbArray: "jsonb[]"
+        case .int4range: "int4range"
+        case .numrange: "numrange"
+        case .tstzrange: "tstzrange"
+        case .daterange: "daterange"
+        case .int8range: "int8range"
         default: "oid \(rawValue)"
         }
     }
@@ -99,7 +125,9 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
         .bool, .bytea, .char, .name, .int8, .int2, .int4, .text, .oid, .json, .xml, .float4, .float8,
         .unknown, .bpchar, .varchar, .date, .time, .timestamp, .timestamptz, .interval, .numeric,
         .uuid, .jsonb, .xid8, .boolArray, .byteaArray, .int2Array, .int4Array, .textArray,
-        .varcharArray, .int8Array, .float4Array, .float8Array, .uuidArray,
+        .varcharArray, .int8Array, .float4Array, .float8Array, .uuidArray, .jsonArray, .timestampArray, .dateArray,
+        .timeArray, .timestamptzArray, .intervalArray, .numericArray, .jsonbArray, .int4range, .tstzrange,
+        .daterange, .int8range,
     ]
 
     /// Types whose value, in either format, is plain UTF-8 text.
