@@ -23,8 +23,10 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]
         ),
+        // epoll (Linux) / kqueue (macOS) readiness for the wrapper's I/O threads.
+        .target(name: "CEventLoop"),
         // The Swift wrapper of libpq: connections, safe SQL, binary types, rows, errors, pool.
-        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CEventLoop"]),
         // initdb/pg_ctl driven throw-away or development clusters, and test databases.
         .target(name: "EmbeddedPostgres", dependencies: ["Postgres"]),
         // The migration engine: files, checksums, history, lock, drift check.

@@ -65,7 +65,6 @@ public struct PgBouncer: Sendable {
             pool_mode = \(mode.rawValue)
             default_pool_size = \(poolSize)
             max_client_conn = 1000
-            ignore_startup_parameters = extra_float_digits,options
             logfile = \(directory.path)/pgbouncer.log
             pidfile = \(directory.path)/pgbouncer.pid
 

@@ -28,9 +28,12 @@ public enum MigrationHistory {
         public var baselined: Bool
     }
 
-    static let createSQL = """
+    static let schemaSQL = """
         CREATE SCHEMA IF NOT EXISTS bbmigrate;
         COMMENT ON SCHEMA bbmigrate IS 'bbmigrate''s bookkeeping: which migration files were applied, when, by whom, and repairs.';
+        """
+
+    static let createSQL = """
         CREATE TABLE IF NOT EXISTS bbmigrate.schema_migrations (
             version            integer     PRIMARY KEY,
             name               text        NOT NULL,
@@ -75,7 +78,19 @@ public enum MigrationHistory {
     /// without CREATE on the database can migrate once the schema exists.
     static func createOrUpgrade(_ connection: PostgresConnection, exists: Bool) async throws {
         if !exists {
-            try await connection.transaction { try await $0.executeUnsafeRawSQL(createSQL + upgradeSQL) }
+            // A schema owner without CREATE on the database can still migrate once an
+            // administrator has made the bookkeeping schema for it.
+            let schemaExists = try await connection.fetchValue(Bool.self, "SELECT to_regnamespace('bbmigrate') IS NOT NULL") ?? false
+            if !schemaExists {
+                let mayCreate = try await connection.fetchValue(Bool.self, "SELECT has_database_privilege(current_database(), 'CREATE')") ?? false
+                guard mayCreate else {
+                    let user = try await connection.fetchValue(String.self, "SELECT current_user::text") ?? "the migration user"
+                    throw MigratorError.configuration(
+                        "\(user) may not create the schema bbmigrate, where bbmigrate keeps its history (no CREATE privilege on this database)",
+                        fix: "have an administrator run: CREATE SCHEMA bbmigrate AUTHORIZATION \(user);  (or GRANT CREATE ON DATABASE … TO \(user))")
+                }
+            }
+            try await connection.transaction { try await $0.executeUnsafeRawSQL((schemaExists ? "" : schemaSQL) + createSQL + upgradeSQL) }
             return
         }
         let current = try await connection.fetchValue(Bool.self, """

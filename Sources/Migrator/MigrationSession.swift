@@ -43,7 +43,6 @@ public struct MigrationSession: Sendable {
         var configuration = configuration
         configuration.statementCacheCapacity = 0
         configuration.applicationName = configuration.applicationName ?? "bbmigrate"
-        configuration.serverSettings.merge(sessionSettings) { _, ours in ours }
         let connection: PostgresConnection
         do {
             connection = try await PostgresConnection.connect(configuration)
@@ -73,14 +72,10 @@ public struct MigrationSession: Sendable {
         }
     }
 
-    /// Session settings of a migration run: no idle-session killer may end it, and a killed
-    /// client's statement stops within a second. Sent in the startup packet, so they hold from
-    /// the session's first moment and `RESET ALL` keeps them; set again by `prepareSQL` where a
-    /// pooler drops startup options.
-    static let sessionSettings = [
-        "idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0", "client_connection_check_interval": "1000",
-    ]
-
+    /// Session settings of a migration run, sent as the session's first statement (not as
+    /// startup options, which PgBouncer refuses): no idle-session killer may end it, and a
+    /// killed client's statement stops within a second. Sent again with every reset, in the
+    /// same round trip, so the session is never idle without them.
     static let prepareSQL = """
         SELECT set_config('idle_in_transaction_session_timeout', '0', false),
                set_config('client_connection_check_interval', '1000', false),

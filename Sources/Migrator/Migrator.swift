@@ -86,6 +86,7 @@ public struct Migrator: Sendable {
             await session.close()
             return value
         } catch {
+            await session.releaseLock()
             await session.close()
             throw MigratorError.classify(error, target: targetDescription)
         }
@@ -218,6 +219,13 @@ public struct Migrator: Sendable {
                             throw StatementFailure(error: error, statement: statement)
                         }
                         try checkStringMode(connection.parameterStatus("standard_conforming_strings"), file: file, statement: statement)
+                        // Second line of defence: whatever the guards missed, a statement that
+                        // ended bbmigrate's transaction stops the file before it is recorded.
+                        guard connection.isInTransaction else {
+                            throw MigratorError.partiallyApplied(
+                                "\(file.fileName):\(statement.line): this statement ended bbmigrate's transaction (a COMMIT or ROLLBACK inside it); what ran before it may be committed, and \(file.fileName) is NOT recorded as applied",
+                                fix: "check what \(file.fileName) left behind, remove the transaction control, then run bbmigrate up again")
+                        }
                     }
                     // The file may have changed the role or the timeouts: record as the migration user.
                     try await connection.executeUnsafeRawSQL("SET SESSION AUTHORIZATION DEFAULT; RESET statement_timeout")
@@ -355,9 +363,11 @@ public struct PlannedMigration: Sendable {
     init(_ file: MigrationFile) throws {
         self.file = file
         statements = try file.statements()
-        for statement in statements where statement.kind == .transactionControl {
+        for statement in statements where statement.controlsTransaction {
+            let words = ([statement.words] + statement.innerParts).first(where: SQLScript.Statement.isTransactionControl) ?? statement.words
+            let hidden = statement.kind == .transactionControl ? "" : " (hidden inside the statement that starts there, which psql also sends as one piece)"
             throw MigratorError.configuration(
-                "\(file.fileName):\(statement.line): \(statement.words.prefix(2).joined(separator: " ")) controls the transaction, but bbmigrate runs each file in a transaction of its own (and records it there); a COMMIT or ROLLBACK here would end it early",
+                "\(file.fileName):\(statement.line): \(words.prefix(2).joined(separator: " ")) controls the transaction\(hidden), but bbmigrate runs each file in a transaction of its own (and records it there); a COMMIT or ROLLBACK here would end it early",
                 fix: "remove the transaction control from \(file.fileName); bbmigrate commits the file when every statement succeeded")
         }
         if file.runsOutsideTransaction {
@@ -388,7 +398,9 @@ public struct PlannedMigration: Sendable {
         }
         for statement in statements {
             lines.append("-- \(file.fileName):\(statement.textLine)")
-            lines.append(statement.text + ";")
+            // A `--` comment on the last line would swallow the semicolon.
+            let lastLine = statement.text.split(separator: "\n", omittingEmptySubsequences: false).last ?? ""
+            lines.append(statement.text + (lastLine.contains("--") ? "\n;" : ";"))
         }
         if !file.runsOutsideTransaction { lines.append("SET SESSION AUTHORIZATION DEFAULT; RESET statement_timeout;") }
         lines.append("INSERT INTO bbmigrate.schema_migrations (version, name, checksum, checksum_algorithm, duration_ms, baselined) "

@@ -27,6 +27,7 @@ struct NoTransactionRun {
 
     func run(lockTimeout: String) async throws {
         let connection = session.connection
+        let file = self.file
         let done = try await alreadyRun()
         if !done.isEmpty { migrator.options.log("resuming \(file.fileName): \(done.count) of \(statements.count) statements already ran") }
         try await connection.execute("SELECT set_config('lock_timeout', \(lockTimeout), false)")
@@ -39,24 +40,43 @@ struct NoTransactionRun {
             do {
                 try await connection.executeUnsafeRawSQL(statement.text)
             } catch let error as PostgresError {
-                let cleanup = await dropIndexesLeftInvalid(besides: invalidBefore)
+                let cleanup = await dropIndexLeftInvalid(by: statement, besides: invalidBefore)
                 throw migrator.locate(error, in: file, statement: statement, partially: !done.isEmpty || ranNow > 0)
                     .adding(cleanup)
             }
             ranNow += 1
             try migrator.checkStringMode(await connection.parameterStatus("standard_conforming_strings"), file: file, statement: statement)
-            try await connection.execute("""
-                INSERT INTO bbmigrate.statement_progress (version, statement_index, file_checksum, statement_checksum)
-                VALUES (\(file.version), \(index), \(file.checksum), \(Self.checksum(statement)))
-                ON CONFLICT (version, statement_index)
-                DO UPDATE SET file_checksum = excluded.file_checksum, statement_checksum = excluded.statement_checksum
-                """)
+            let statementIndex = index
+            try await bookkeeping(after: statement) { connection in
+                try await connection.execute("""
+                    INSERT INTO bbmigrate.statement_progress (version, statement_index, file_checksum, statement_checksum)
+                    VALUES (\(file.version), \(statementIndex), \(file.checksum), \(Self.checksum(statement)))
+                    ON CONFLICT (version, statement_index)
+                    DO UPDATE SET file_checksum = excluded.file_checksum, statement_checksum = excluded.statement_checksum
+                    """)
+            }
         }
-        let file = self.file
         let elapsed = (clock.now - started).milliseconds
-        try await connection.transaction { connection in
+        try await bookkeeping(after: statements.last) { connection in
             try await MigrationHistory.record(connection, file, durationMs: elapsed)
             try await connection.execute("DELETE FROM bbmigrate.statement_progress WHERE version = \(file.version)")
+        }
+    }
+
+    /// bbmigrate's own writes, in a read-write transaction as the migration user whatever the
+    /// file's SET ROLE or settings; a failure here comes after statements ran, so it is
+    /// "partially applied".
+    func bookkeeping(after statement: SQLScript.Statement?, _ body: @Sendable (isolated PostgresConnection) async throws -> Void) async throws {
+        do {
+            try await session.connection.transaction(.init(readWrite: true)) { connection in
+                try await connection.executeUnsafeRawSQL("SET LOCAL SESSION AUTHORIZATION DEFAULT; SET LOCAL statement_timeout = 0; SET LOCAL transaction_read_only = off")
+                try await body(connection)
+            }
+        } catch {
+            let line = statement.map { ":\($0.line)" } ?? ""
+            throw MigratorError.partiallyApplied(
+                "\(file.fileName)\(line): the statement ran, but bbmigrate could not record it: \((error as? PostgresError)?.message ?? "\(error)"); \(file.fileName) is PARTIALLY APPLIED",
+                fix: "make bbmigrate.statement_progress writable by the migration user, then run bbmigrate up again (the unrecorded statement runs again: write it with IF NOT EXISTS)")
         }
     }
 
@@ -92,10 +112,13 @@ struct NoTransactionRun {
     func dropInvalidLeftover(of statement: SQLScript.Statement) async throws {
         guard let (schema, name) = statement.concurrentIndexName else { return }
         let connection = session.connection
+        // Unqualified, the index lives where the name resolves first on the search path.
         let leftover = try await connection.query("""
             SELECT n.nspname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE c.relname = \(name) AND (NOT x.indisvalid OR NOT x.indisready)
-              AND n.nspname = coalesce(\(schema), (SELECT nspname FROM pg_namespace WHERE oid = c.relnamespace AND nspname = ANY (current_schemas(false))))
+              AND (n.nspname = \(schema) OR (\(schema) IS NULL AND n.nspname = ANY (current_schemas(false))))
+            ORDER BY array_position(current_schemas(false), n.nspname::name) NULLS LAST
+            LIMIT 1
             """).decodeColumn(String.self)
         for schemaName in leftover {
             try await connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(identifier: schemaName, name)")
@@ -110,17 +133,24 @@ struct NoTransactionRun {
             """).decodeColumn(Int64.self))
     }
 
-    /// Drops the indexes a failed concurrent build left behind; says what it did, or what to run.
-    func dropIndexesLeftInvalid(besides before: Set<Int64>) async -> String? {
+    /// Drops the INVALID index the failed statement itself left behind (its own name, new since
+    /// the statement began; another session's build in progress is never touched). Says what it
+    /// did, or what to run; for a statement that names no index, only says what it sees.
+    func dropIndexLeftInvalid(by statement: SQLScript.Statement, besides before: Set<Int64>) async -> String? {
         let connection = session.connection
         guard let rows = try? await connection.query("""
             SELECT x.indexrelid::bigint, n.nspname, c.relname FROM pg_index x
             JOIN pg_class c ON c.oid = x.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE NOT x.indisvalid OR NOT x.indisready
             """) else { return nil }
+        let own = statement.concurrentIndexName
         var notes: [String] = []
         for row in rows {
             guard let (oid, schema, name) = try? row.decode((Int64, String, String).self), !before.contains(oid) else { continue }
+            guard let own, own.name == name, own.schema == nil || own.schema == schema else {
+                notes.append("The index \(schema).\(name) became INVALID while this statement ran; if the statement left it (and no other session is building it), drop it: DROP INDEX CONCURRENTLY IF EXISTS \(Self.quoted(schema)).\(Self.quoted(name));")
+                continue
+            }
             let command = "DROP INDEX CONCURRENTLY IF EXISTS \(Self.quoted(schema)).\(Self.quoted(name));"
             do {
                 try await connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(identifier: schema, name)")

@@ -44,6 +44,10 @@ public enum SQLScript {
         /// Its first words, at most `wordLimit`: unquoted ones upper-cased (`["CREATE", "UNIQUE",
         /// "INDEX", "CONCURRENTLY"]`), quoted identifiers as written (`"\"My Index\""`).
         public let words: [String]
+        /// The first words of each part after a semicolon that did not end the statement (inside
+        /// parentheses or a `BEGIN … END` body, or merged by psql's heuristic, as after a function
+        /// named `begin`): the guards check these too.
+        public let innerParts: [[String]]
 
         static let wordLimit = 12
 
@@ -93,6 +97,9 @@ public enum SQLScript {
         var textStart: Int?
         var firstWord: Int?
         var words: [String] = []
+        var innerParts: [[String]] = []
+        /// Words of the current part after an inner semicolon.
+        var partWords: [String]?
         var statements: [Statement] = []
 
         init(_ bytes: [UInt8]) {
@@ -173,7 +180,7 @@ public enum SQLScript {
                     markCode(index)
                     let start = index
                     try skipQuotedIdentifier(from: index, contentStart: index + 1)
-                    if words.count < Statement.wordLimit { words.append(String(decoding: bytes[start..<index], as: UTF8.self)) }
+                    addWord(String(decoding: bytes[start..<index], as: UTF8.self))
                 case UInt8(ascii: "$"):
                     markCode(index)
                     try skipDollar()
@@ -197,6 +204,8 @@ public enum SQLScript {
                         identifierCount = 0
                     } else {
                         markCode(index)
+                        if let part = partWords, !part.isEmpty { innerParts.append(part) }
+                        partWords = []
                     }
                     index += 1
                 case _ where Self.isDigit(current):
@@ -214,11 +223,19 @@ public enum SQLScript {
             return statements
         }
 
+        mutating func addWord(_ word: String) {
+            if words.count < Statement.wordLimit { words.append(word) }
+            if partWords != nil, partWords?.count ?? 0 < 4 { partWords?.append(word) }
+        }
+
         mutating func finishStatement(end: Int) {
+            if let part = partWords, !part.isEmpty { innerParts.append(part) }
             defer {
                 textStart = nil
                 firstWord = nil
                 words = []
+                innerParts = []
+                partWords = nil
             }
             guard let start = textStart, let first = firstWord else { return }
             var stop = end
@@ -226,7 +243,7 @@ public enum SQLScript {
             let (textLine, textColumn) = position(of: start)
             statements.append(Statement(
                 text: String(decoding: bytes[start..<stop], as: UTF8.self),
-                textLine: textLine, textColumn: textColumn, line: position(of: first).line, words: words))
+                textLine: textLine, textColumn: textColumn, line: position(of: first).line, words: words, innerParts: innerParts))
         }
 
         /// `/* … */`, nesting, at `index`.
@@ -397,8 +414,9 @@ public enum SQLScript {
             }
             index += 1
             while let c = byte(index), Self.isIdentifierContinue(c) { index += 1 }
-            let word = String(decoding: bytes[start..<index], as: UTF8.self).uppercased()
-            if words.count < Statement.wordLimit { words.append(word) }
+            // ASCII case folding only, as PostgreSQL folds keywords (`begın` is not BEGIN).
+            let word = String(decoding: bytes[start..<index].map { $0 >= 0x61 && $0 <= 0x7A ? $0 - 0x20 : $0 }, as: UTF8.self)
+            addWord(word)
             trackBeginAtomic(word)
         }
 
@@ -418,7 +436,12 @@ public enum SQLScript {
             switch word {
             case "BEGIN": beginDepth += 1
             case "CASE": if beginDepth >= 1 { beginDepth += 1 }
-            case "END": if beginDepth > 0 { beginDepth -= 1 }
+            case "END":
+                if beginDepth > 0 {
+                    beginDepth -= 1
+                    // The END that closes a BEGIN ATOMIC body (or a CASE in it) is not a COMMIT.
+                    if partWords == ["END"] { partWords = [] }
+                }
             default: break
             }
         }
@@ -438,13 +461,25 @@ extension SQLScript.Statement {
         case other
     }
 
+    /// Transaction control anywhere in the statement: at its start, or after an inner semicolon
+    /// (where psql merged what a semicolon would otherwise have ended).
+    var controlsTransaction: Bool {
+        ([words] + innerParts).contains { Self.isTransactionControl($0) }
+    }
+
+    static func isTransactionControl(_ words: [String]) -> Bool {
+        switch words.first {
+        case "BEGIN", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE": true
+        case "START", "PREPARE": words.count > 1 && words[1] == "TRANSACTION"
+        default: false
+        }
+    }
+
     var kind: Kind {
         let text = leadingWords
         func starts(_ prefix: String) -> Bool { text == prefix || text.hasPrefix(prefix + " ") }
+        if Self.isTransactionControl(words) { return .transactionControl }
         switch words.first {
-        case "BEGIN", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE": return .transactionControl
-        case "START" where words.count > 1 && words[1] == "TRANSACTION": return .transactionControl
-        case "PREPARE" where words.count > 1 && words[1] == "TRANSACTION": return .transactionControl
         case "SET", "RESET": return .companion
         case "COMMENT" where words.count > 1 && words[1] == "ON": return .companion
         default: break
@@ -476,7 +511,7 @@ extension SQLScript.Statement {
         func name(_ word: String) -> String? {
             if word.hasPrefix("\"") { return String(word.dropFirst().dropLast()).replacingOccurrences(of: "\"\"", with: "\"") }
             if word.hasPrefix("U&") { return nil }
-            return word.lowercased()
+            return String(decoding: word.utf8.map { $0 >= 0x41 && $0 <= 0x5A ? $0 + 0x20 : $0 }, as: UTF8.self)
         }
         if on == 1 { return name(rest[0]).map { (nil, $0) } }
         guard let schema = name(rest[0]), let index = name(rest[1]) else { return nil }

@@ -65,6 +65,11 @@ public struct SchemaSnapshot: Sendable, Equatable {
     /// Reads the snapshot.
     public static func capture(_ connection: PostgresConnection, ignoring ignore: Ignore = Ignore()) async throws -> SchemaSnapshot {
         let schemas = ignore.schemas
+        // Types, views and defaults print schema-qualified unless their schema is on the search
+        // path: with only pg_catalog on it, both sides print the same whatever their settings.
+        let searchPath = try await connection.fetchValue(String.self, "SELECT current_setting('search_path')") ?? ""
+        try await connection.execute("SELECT set_config('search_path', 'pg_catalog', false)")
+        defer { Task { _ = try? await connection.execute("SELECT set_config('search_path', \(searchPath), false)") } }
         // Every query returns (kind, name, parent, attribute, value).
         var objects: [String: Object] = [:]
         for query in queries(ignoredSchemas: schemas, ignoredExtensions: ignore.extensions) {
@@ -158,10 +163,10 @@ public struct SchemaSnapshot: Sendable, Equatable {
             SELECT 'constraint', quote_ident(con.conname) || ' on ' || \(qualified) || quote_ident(c.relname), \(qualified) || quote_ident(c.relname), attribute, value
             FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace
             CROSS JOIN LATERAL (VALUES
-              ('definition', pg_get_constraintdef(con.oid, true)
-                 || CASE WHEN con.condeferrable THEN ' DEFERRABLE' ELSE '' END || CASE WHEN con.condeferred THEN ' INITIALLY DEFERRED' ELSE '' END),
+              ('definition', pg_get_constraintdef(con.oid, true)),
               ('comment', obj_description(con.oid, 'pg_constraint'))) v(attribute, value)
             WHERE \(schema) AND \(ownClass)
+              AND con.contype <> 'n' -- PostgreSQL 18 names NOT NULL constraints; columns' "not null" covers them
             """,
             """
             SELECT 'index', quote_ident(i.relname) || ' on ' || \(qualified) || quote_ident(c.relname), \(qualified) || quote_ident(c.relname), attribute, value
@@ -235,7 +240,7 @@ public struct SchemaSnapshot: Sendable, Equatable {
             CROSS JOIN LATERAL (VALUES
               ('definition', CASE WHEN pol.polpermissive THEN 'PERMISSIVE' ELSE 'RESTRICTIVE' END
                  || ' FOR ' || CASE pol.polcmd WHEN 'r' THEN 'SELECT' WHEN 'a' THEN 'INSERT' WHEN 'w' THEN 'UPDATE' WHEN 'd' THEN 'DELETE' ELSE 'ALL' END
-                 || ' TO ' || (SELECT string_agg(CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END, ', ' ORDER BY 1) FROM unnest(pol.polroles) r)
+                 || ' TO ' || (SELECT string_agg(g, ', ' ORDER BY g) FROM (SELECT CASE WHEN r = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(r)) END AS g FROM unnest(pol.polroles) r) roles)
                  || coalesce(' USING (' || pg_get_expr(pol.polqual, pol.polrelid) || ')', '')
                  || coalesce(' WITH CHECK (' || pg_get_expr(pol.polwithcheck, pol.polrelid) || ')', '')),
               ('comment', obj_description(pol.oid, 'pg_policy'))) v(attribute, value)
@@ -284,7 +289,7 @@ public struct SchemaSnapshot: Sendable, Equatable {
             FROM pg_publication p
             CROSS JOIN LATERAL (VALUES
               ('definition', CASE WHEN p.puballtables THEN 'FOR ALL TABLES' ELSE
-                 'FOR TABLES ' || coalesce((SELECT string_agg(pt.schemaname || '.' || pt.tablename, ', ' ORDER BY 1, 2) FROM pg_publication_tables pt WHERE pt.pubname = p.pubname), '(none)') END
+                 'FOR TABLES ' || coalesce((SELECT string_agg(pt.schemaname || '.' || pt.tablename, ', ' ORDER BY pt.schemaname, pt.tablename) FROM pg_publication_tables pt WHERE pt.pubname = p.pubname), '(none)') END
                  || ' WITH (publish = ''' || concat_ws(', ', CASE WHEN p.pubinsert THEN 'insert' END, CASE WHEN p.pubupdate THEN 'update' END,
                                                          CASE WHEN p.pubdelete THEN 'delete' END, CASE WHEN p.pubtruncate THEN 'truncate' END) || ''')'),
               ('owner', pg_get_userbyid(p.pubowner)::text)) v(attribute, value)

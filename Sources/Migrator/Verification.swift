@@ -117,13 +117,13 @@ extension Migrator {
                 // Build the expected schema from the applied files only, so that --allow-pending
                 // compares like with like.
                 let appliedVersions = Set(entries.filter { $0.state == .applied || $0.state == .changed }.map(\.version))
-                let result = try await scratchDifferences(
-                    files: files.filter { appliedVersions.contains($0.version) }, live: connection, options: verifyOptions)
-                guard let result else {
-                    report.schemaSkippedReason = try await skipReason(verifyOptions)
+                switch try await scratchDifferences(files: files.filter { appliedVersions.contains($0.version) }, live: connection, options: verifyOptions) {
+                case .skipped(let reason):
+                    report.schemaSkippedReason = reason
                     return report
+                case .compared(let differences):
+                    drift = differences
                 }
-                drift = result
                 report.comparedWith = "a scratch database built from the applied migrations"
             }
             report.schema = drift.isEmpty ? .matches : .drift
@@ -140,29 +140,43 @@ extension Migrator {
         return server
     }
 
-    private func skipReason(_ verifyOptions: VerifyOptions) async throws -> String {
-        let user = verifyOptions.scratch == nil ? "the migration user" : "the --scratch-url user"
-        return "\(user) may not create databases (no CREATEDB), so no scratch database could be built to compare with; "
-            + "pass --scratch-url for a server where it may, or --schema-file schema.sql (written by bbmigrate dump)"
+    private enum ScratchComparison {
+        case compared([String])
+        case skipped(String)
     }
 
-    /// The drift lines, or nil when the scratch server's user may not create databases.
-    private func scratchDifferences(files: [MigrationFile], live: PostgresConnection, options verifyOptions: VerifyOptions) async throws -> [String]? {
+    /// The drift lines; or why no scratch database could be built (no CREATEDB, the scratch
+    /// server unreachable, CREATE DATABASE refused), so the rest of the report still stands.
+    private func scratchDifferences(files: [MigrationFile], live: PostgresConnection, options verifyOptions: VerifyOptions) async throws -> ScratchComparison {
         let server = scratchServer(verifyOptions)
+        let who = verifyOptions.scratch == nil ? "the migration user" : "the --scratch-url user"
+        let alternatives = "pass --scratch-url for a server where a scratch database can be built, or --schema-file schema.sql (written by bbmigrate dump)"
         let admin: PostgresConnection
         do {
             admin = try await PostgresConnection.connect(server)
         } catch {
-            throw MigratorError.classify(error, target: verifyOptions.scratch == nil ? targetDescription : "the --scratch-url server")
+            let message = (error as? PostgresError)?.message ?? "\(error)"
+            return .skipped("cannot reach the server for the scratch database (\(message)); " + alternatives)
         }
         defer { Task { await admin.close() } }
         let mayCreate = try await admin.fetchValue(Bool.self, "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user") ?? false
-        guard mayCreate else { return nil }
+        guard mayCreate else {
+            return .skipped("\(who) may not create databases (no CREATEDB), so no scratch database could be built to compare with; " + alternatives)
+        }
+        let liveVersion = await live.serverVersion / 10_000
+        let scratchVersion = await admin.serverVersion / 10_000
+        guard liveVersion == scratchVersion else {
+            return .skipped("the scratch server runs PostgreSQL \(scratchVersion) and this database \(liveVersion); their catalogs would differ for reasons that are not drift; " + alternatives)
+        }
         let prefix = Self.scratchPrefix(for: try await live.fetchValue(String.self, "SELECT current_database()::text") ?? "")
         await dropAbandonedScratchDatabases(admin, prefix: prefix)
         let pid = try await admin.fetchValue(Int32.self, "SELECT pg_backend_pid()") ?? 0
         let name = "\(prefix)\(pid)_\(UInt32.random(in: 0...UInt32.max))"
-        try await admin.execute("CREATE DATABASE \(identifier: name)")
+        do {
+            try await admin.execute("CREATE DATABASE \(identifier: name)")
+        } catch let error as PostgresError {
+            return .skipped("could not create a scratch database (\(error.message)); " + alternatives)
+        }
         do {
             var scratchConfiguration = server
             scratchConfiguration.database = name
@@ -181,7 +195,7 @@ extension Migrator {
             await scratchConnection.close()
             let actual = try await SchemaSnapshot.capture(live, ignoring: verifyOptions.ignore)
             try await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
-            return expected.differences(from: actual)
+            return .compared(expected.differences(from: actual))
         } catch {
             _ = try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
             throw error

@@ -30,13 +30,13 @@ struct TargetOptions: ParsableArguments {
     func target() async throws -> (PostgresConfiguration, String) {
         let environment = ProcessInfo.processInfo.environment
         if let url {
-            guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+            guard !url.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
                 throw MigratorError.configuration("--url is empty", fix: "pass the database URL, or leave --url out")
             }
             return (PostgresConfiguration(url), "the --url database")
         }
         if let url = environment["DATABASE_URL"] {
-            guard !url.trimmingCharacters(in: .whitespaces).isEmpty else {
+            guard !url.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
                 throw MigratorError.configuration(
                     "DATABASE_URL is set but empty (an unset variable in a deploy script?); bbmigrate will not guess another database",
                     fix: "set DATABASE_URL to the database's URL, or unset it (unset DATABASE_URL) to use PG* variables or the embedded database")
@@ -61,8 +61,10 @@ struct TargetOptions: ParsableArguments {
     }
 
     func migrator(allowOutOfOrder: Bool = false) async throws -> Migrator {
-        guard lockTimeout >= 0, ddlLockTimeout > 0 else {
-            throw MigratorError.configuration("--lock-timeout must be ≥ 0 and --ddl-lock-timeout > 0 seconds", fix: nil)
+        guard (0...604_800).contains(lockTimeout), (1...2_147_483).contains(ddlLockTimeout) else {
+            throw MigratorError.configuration(
+                "--lock-timeout must be 0 to 604800 seconds and --ddl-lock-timeout 1 to 2147483 seconds (PostgreSQL's lock_timeout limit)",
+                fix: "pass a number of seconds in range, for example --lock-timeout 60 --ddl-lock-timeout 10")
         }
         let (configuration, description) = try await target()
         let options = Migrator.Options(

@@ -34,6 +34,9 @@ import Testing
         // After comments of both kinds, on the same line as other text, in any case.
         try await expectRefused("CREATE TABLE t (id int); /* c */ -- x\n  /* why */ RoLlBaCk;", at: "0002_second.sql:2")
         try await expectRefused("/* header */ -- x\nCOMMIT", at: "0002_second.sql:2")
+        // Hidden where psql's heuristic merges statements (after a function named begin), and
+        // spelled with a dotless ı that PostgreSQL does not fold to BEGIN (not refused: an error).
+        try await expectRefused("CREATE TABLE kept (id int);\nCREATE FUNCTION begin() RETURNS int LANGUAGE sql AS 'SELECT 1';\nROLLBACK;\n", at: "0002_second.sql:2")
     }
 
     @Test func aStatementThatCannotRunInATransactionNeedsTheMarker() async throws {
@@ -98,5 +101,9 @@ import Testing
         #expect(files.map { $0["in_transaction"] as? Bool } == [true, false])
         #expect((files.first?["statements"] as? [[String: Any]])?.compactMap { $0["line"] as? Int } == [2, 4])
         #expect(try await connection.fetchValue(Bool.self, "SELECT to_regclass('first') IS NULL AND to_regclass('bbmigrate.schema_migrations') IS NULL") == true)
+        // A statement ending in a -- comment gets its semicolon on a line of its own.
+        try folder.write("0003_comment.sql", "INSERT INTO first VALUES (2) -- the second\n;\n")
+        let commented = try await bbmigrate("up", "--dry-run", "--url", database.connectionString, "--dir", folder.path)
+        #expect(commented.stdout.contains("INSERT INTO first VALUES (2) -- the second\n;"))
     }
 }

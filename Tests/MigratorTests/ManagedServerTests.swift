@@ -21,6 +21,24 @@ import Testing
         #expect(try await connection.fetchValue(Int.self, "SELECT count(*) FROM bbmigrate.schema_migrations WHERE baselined") == repositoryMigrationCount)
     }
 
+    @Test func aSchemaOwnerWithoutCreateOnTheDatabaseNeedsItsBookkeepingSchemaMadeForIt() async throws {
+        let (database, connection) = try await emptyDatabase()
+        let owner = "bb_schema_owner_\(UInt32.random(in: 0...UInt32.max))"
+        try await connection.execute("CREATE ROLE \(identifier: owner) LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        try await connection.execute("ALTER SCHEMA public OWNER TO \(identifier: owner)")
+        try await connection.execute("REVOKE CREATE ON DATABASE \(identifier: database.name) FROM PUBLIC")
+        let asOwner = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://\(owner)@")
+        let refused = try await bbmigrate("up", "--url", asOwner, "--dir", repositoryMigrations.path)
+        #expect(refused.status == 2, "\(refused.stderr)")
+        #expect(refused.stderr.contains("What to do: have an administrator run: CREATE SCHEMA bbmigrate AUTHORIZATION \(owner);"))
+        try await connection.execute("CREATE SCHEMA bbmigrate AUTHORIZATION \(identifier: owner)")
+        let up = try await bbmigrate("up", "--url", asOwner, "--dir", repositoryMigrations.path)
+        #expect(up.status == 0, "\(up.stderr)")
+        #expect(try await connection.fetchValue(Int.self, "SELECT count(*) FROM bbmigrate.schema_migrations WHERE applied_by = \(owner)") == repositoryMigrationCount)
+        let baseline = try await bbmigrate("status", "--exit-code", "--url", asOwner, "--dir", repositoryMigrations.path)
+        #expect(baseline.status == 0)
+    }
+
     @Test func aSchemaOwnerWithoutSuperuserOrCreateDBMigratesAndOwnsEverything() async throws {
         let (database, connection) = try await emptyDatabase()
         let owner = "bb_owner_\(UInt32.random(in: 0...UInt32.max))"

@@ -49,6 +49,20 @@ import Testing
         #expect(try await connection.fetchValue(Bool.self, "SELECT indisvalid FROM pg_index WHERE indexrelid = 't_x'::regclass") == true)
     }
 
+    @Test func aFilesRoleDoesNotApplyToBbmigratesOwnBookkeeping() async throws {
+        let (database, connection) = try await emptyDatabase()
+        let role = "bb_index_builder_\(UInt32.random(in: 0...UInt32.max))"
+        try await connection.execute("CREATE ROLE \(identifier: role)")
+        try await connection.execute("GRANT CREATE ON SCHEMA public TO \(identifier: role)")
+        let folder = try MigrationFolder()
+        try folder.write("0001_table.sql", "CREATE TABLE t (x int);\nALTER TABLE t OWNER TO \(role);\n")
+        try folder.write("0002_index.sql", "-- bbmigrate:no-transaction\nSET ROLE \(role);\nCREATE INDEX CONCURRENTLY t_x ON t (x);\n")
+        let result = try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(try await connection.fetchValue(String.self, "SELECT applied_by FROM bbmigrate.schema_migrations WHERE version = 2") == "postgres")
+        #expect(try await connection.fetchValue(Bool.self, "SELECT indisvalid FROM pg_index WHERE indexrelid = 't_x'::regclass") == true)
+    }
+
     @Test func aFailureAfterSomeStatementsIsPartiallyAppliedAndResumes() async throws {
         let (database, connection) = try await emptyDatabase()
         let folder = try MigrationFolder()

@@ -15,6 +15,10 @@ import Testing
         #expect(empty.stderr.contains("DATABASE_URL is set but empty"))
         #expect(!FileManager.default.fileExists(atPath: workspace.appendingPathComponent(".bbdata").path))
         #expect(try await bbmigrate("status", "--url", "", "--dir", repositoryMigrations.path, directory: workspace).status == 2)
+        #expect(try await bbmigrate("status", "--dir", repositoryMigrations.path, environment: ["DATABASE_URL": "\n"], directory: workspace).status == 2)
+        let huge = try await bbmigrate("up", "--ddl-lock-timeout", "99999999999999999", "--dir", repositoryMigrations.path, environment: ["DATABASE_URL": "postgresql://127.0.0.1:1/x"], directory: workspace)
+        #expect(huge.status == 2)
+        #expect(huge.stderr.contains("--ddl-lock-timeout 1 to 2147483 seconds"))
     }
 
     @Test func everyOutcomeHasJSONWithRealBooleans() async throws {

@@ -151,6 +151,29 @@ import Glibc
         #expect(!verify.stdout.contains("on tables to postgres"))
     }
 
+    @Test func aDatabaseSearchPathIsNotDrift() async throws {
+        let (database, connection) = try await emptyDatabase()
+        let folder = try MigrationFolder()
+        try folder.write("0001_app.sql", """
+            CREATE SCHEMA app;
+            CREATE TYPE app.mood AS ENUM ('calm', 'fussy');
+            CREATE TABLE app.notes (id int, mood app.mood DEFAULT 'calm');
+            CREATE VIEW app.calm_notes AS SELECT id FROM app.notes WHERE mood = 'calm';
+            """)
+        #expect(try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path).status == 0)
+        try await connection.execute("ALTER DATABASE \(identifier: database.name) SET search_path = app, public")
+        let verify = try await bbmigrate("verify", "--url", database.connectionString, "--dir", folder.path)
+        #expect(verify.status == 0, "\(verify.stdout)")
+    }
+
+    @Test func aScratchServerThatCannotBeReachedSkipsOnlyTheSchemaPart() async throws {
+        let (database, _) = try await emptyDatabase()
+        #expect(try await bbmigrate("up", "--url", database.connectionString, "--dir", repositoryMigrations.path).status == 0)
+        let verify = try await bbmigrate("verify", "--scratch-url", "postgresql://postgres@127.0.0.1:1/x?connect_timeout=2", "--url", database.connectionString, "--dir", repositoryMigrations.path)
+        #expect(verify.status == 7, "\(verify.stdout)\(verify.stderr)")
+        #expect(verify.stdout.contains("checksums: ok\npending:   ok\nschema:    NOT CHECKED: cannot reach the server for the scratch database"))
+    }
+
     @Test func withoutCreateDBTheRestIsCheckedAndTheSchemaPartSaysWhy() async throws {
         let (database, connection) = try await emptyDatabase()
         let role = "bb_nocreatedb_\(UInt32.random(in: 0...UInt32.max))"

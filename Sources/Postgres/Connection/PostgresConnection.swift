@@ -594,19 +594,22 @@ public struct TransactionOptions: Sendable {
     /// `nil` uses the server default (`READ COMMITTED` unless configured otherwise).
     public var isolation: IsolationLevel?
     public var readOnly: Bool
+    /// `READ WRITE` even where `default_transaction_read_only` is on.
+    public var readWrite: Bool
     /// `DEFERRABLE` (only meaningful for serializable read-only transactions).
     public var deferrable: Bool
 
-    public init(isolation: IsolationLevel? = nil, readOnly: Bool = false, deferrable: Bool = false) {
+    public init(isolation: IsolationLevel? = nil, readOnly: Bool = false, readWrite: Bool = false, deferrable: Bool = false) {
         self.isolation = isolation
         self.readOnly = readOnly
+        self.readWrite = readWrite && !readOnly
         self.deferrable = deferrable
     }
 
     var beginStatement: String {
         var text = "BEGIN"
         if let isolation { text += " ISOLATION LEVEL \(isolation.rawValue)" }
-        text += readOnly ? " READ ONLY" : ""
+        text += readOnly ? " READ ONLY" : (readWrite ? " READ WRITE" : "")
         text += deferrable ? " DEFERRABLE" : ""
         return text
     }

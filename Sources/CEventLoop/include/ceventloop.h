@@ -1,0 +1,39 @@
+// The readiness notification the Postgres module's event loop needs, over epoll (Linux) or
+// kqueue (macOS), in a shape Swift can call (epoll_event is a packed struct on x86_64).
+#ifndef CEVENTLOOP_H
+#define CEVENTLOOP_H
+
+#include <stdint.h>
+
+enum {
+    BB_INTEREST_READ = 1,
+    BB_INTEREST_WRITE = 2,
+};
+
+typedef struct {
+    uint64_t token;
+    int readable;
+    int writable;
+    /// The peer hung up or the socket has an error.
+    int failed;
+} bb_event;
+
+/// A new poller (epoll or kqueue descriptor), or -1 with errno.
+int bb_poller_create(void);
+/// Watches `fd` for `interest` (BB_INTEREST_* bits), reporting `token`. 0 or -1 with errno.
+int bb_poller_add(int poller, int fd, int interest, uint64_t token);
+int bb_poller_modify(int poller, int fd, int interest, uint64_t token);
+int bb_poller_remove(int poller, int fd);
+/// Waits up to `timeout_ms` (-1: forever) and fills `events`; the count, or -1 with errno.
+int bb_poller_wait(int poller, bb_event *events, int capacity, int timeout_ms);
+
+/// A descriptor another thread can make readable to wake the poller (eventfd or a pipe).
+/// Returns the descriptor to watch; `write_end` receives the one to signal.
+int bb_wakeup_create(int *write_end);
+void bb_wakeup_signal(int write_end);
+void bb_wakeup_drain(int read_end);
+
+/// Closes a descriptor made here.
+int bb_close(int fd);
+
+#endif
