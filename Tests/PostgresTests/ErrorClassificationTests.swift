@@ -4,6 +4,28 @@ import Testing
 
 /// Each classified SQLSTATE, produced for real.
 @Suite struct ErrorClassificationTests {
+    /// A deferred constraint fails at the statement's implicit COMMIT, after the statement
+    /// itself succeeded: the error arrives with the Sync. It must reach the caller as the
+    /// statement's error, every time, and the connection must stay usable (this once hung
+    /// when the error and the Sync's answer arrived in separate reads).
+    @Test(.timeLimit(.minutes(1))) func aDeferredConstraintFailingAtImplicitCommitIsTheStatementsError() async throws {
+        let (connection, _) = try await freshConnection()
+        try await connection.executeUnsafeRawSQL("""
+            CREATE TABLE parent (id int PRIMARY KEY);
+            CREATE TABLE child (id int PRIMARY KEY,
+                parent_id int CONSTRAINT child_parent_fkey REFERENCES parent DEFERRABLE INITIALLY DEFERRED);
+            INSERT INTO parent VALUES (1);
+            """)
+        for attempt in 0..<300 {
+            let error = await expectPostgresError(.foreignKeyViolation) {
+                try await connection.execute("INSERT INTO child VALUES (\(attempt), 2)")
+            }
+            #expect(error?.constraint == "child_parent_fkey")
+            try await connection.execute("INSERT INTO child VALUES (\(attempt), 1)")
+        }
+        #expect(try await connection.value(Int.self, "SELECT count(*) FROM child") == 300)
+    }
+
     @Test func integrityViolationsNameTheirConstraint() async throws {
         do { let (connection, _) = try await freshConnection()
             try await connection.executeUnsafeRawSQL("""
@@ -27,7 +49,7 @@ import Testing
             #expect(error?.table == "child")
             #expect(error?.detail?.contains("a@x") == true)
             #expect(error?.description.contains("child_email_key") == true)
-            #expect(error?.isRetryable == false)
+            #expect(error?.retry == .willNotSucceed)
 
             error = await expectPostgresError(.foreignKeyViolation) {
                 try await connection.execute("INSERT INTO child VALUES (3, \(99), 'c', 1, NULL)")
@@ -82,7 +104,7 @@ import Testing
                     try await connection.execute("UPDATE counter SET n = n + 10 WHERE id = 1")
                 }
             }
-            #expect(error?.isRetryable == true)
+            #expect(error?.retry == .safe)
             #expect(try await first.value(Int.self, "SELECT n FROM counter") == 1)
             await second.close()
         }
@@ -117,7 +139,7 @@ import Testing
             }
             #expect(failures.count == 1)
             #expect(failures.first?.kind == .deadlockDetected)
-            #expect(failures.first?.isRetryable == true)
+            #expect(failures.first?.retry == .safe)
             await a.close()
             await b.close()
         }
@@ -133,7 +155,7 @@ import Testing
                 let error = await expectPostgresError(.lockNotAvailable) {
                     try await second.execute("SELECT * FROM item WHERE id = 1 FOR UPDATE NOWAIT")
                 }
-                #expect(error?.isRetryable == true)
+                #expect(error?.retry == .safe)
             }
             try await second.execute("SET statement_timeout = '50ms'")
             let canceled = await expectPostgresError(.queryCanceled) { try await second.execute("SELECT pg_sleep(5)") }
@@ -150,7 +172,7 @@ import Testing
             let error = try #require(await expectKinds([.adminShutdown, .connectionFailure]) {
                 try await victim.execute("SELECT 1")
             })
-            #expect(error.isRetryable)
+            #expect(error.retry == .safe)
             #expect(victim.isBroken)
             await expectPostgresError(.connectionFailure) { try await victim.execute("SELECT 1") }
         }

@@ -1,18 +1,19 @@
 @testable import Postgres
+import EmbeddedPostgres
+import Foundation
 import Testing
 
-/// libpq calls must run on the connection's own thread, holding the actor: never on Swift's
-/// cooperative pool, never beside another task's statement on the same connection.
+/// libpq runs on the connections' I/O threads, a few of them for any number of connections,
+/// and statements from several tasks on one connection each get exactly their own results.
 @Suite struct ExecutorTests {
-    @Test func connectionCodeRunsOnItsDedicatedThread() async throws {
+    @Test func connectionCodeRunsOnItsIOThread() async throws {
         let (connection, _) = try await freshConnection()
-        #expect(await connection.onDedicatedThread())
+        #expect(await connection.onLoopThread())
         _ = try await connection.query("SELECT 1")
-        // The body of a cancellable statement (where libpq blocks) too.
-        #expect(try await connection.bodyOnDedicatedThread())
+        #expect(await connection.onLoopThread())
     }
 
-    @Test func concurrentTasksOnOneConnectionNeverInterleaveOnTheWire() async throws {
+    @Test func concurrentTasksOnOneConnectionEachGetTheirOwnResults() async throws {
         let (connection, _) = try await freshConnection()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for task in 0..<8 {
@@ -26,5 +27,33 @@ import Testing
             }
             try await group.waitForAll()
         }
+    }
+
+    @Test func aHundredConnectionsAddNoThreads() async throws {
+        let database = try await TestPostgres.shared.makeDatabase()
+        let first = try await database.connect()
+        _ = try await first.query("SELECT 1")
+        let before = Self.threadCount()
+        var connections: [PostgresConnection] = []
+        for _ in 0..<100 { connections.append(try await database.connect()) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for connection in connections { group.addTask { _ = try await connection.query("SELECT 1") } }
+            try await group.waitForAll()
+        }
+        let after = Self.threadCount()
+        // Connecting starts a short-lived helper thread per connection (host name lookup); none stays.
+        var settled = after
+        for _ in 0..<100 where settled > before + 4 {
+            try await Task.sleep(for: .milliseconds(20))
+            settled = Self.threadCount()
+        }
+        #expect(settled <= before + 4, "threads went from \(before) to \(settled) with 100 connections open")
+        for connection in connections { await connection.close() }
+        await first.close()
+    }
+
+    /// This process's threads, from /proc.
+    static func threadCount() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 0
     }
 }

@@ -5,12 +5,15 @@ import Testing
 @Suite struct PoolTests {
     @Test func twoHundredTasksShareFourConnections() async throws {
         let database = try await TestPostgresDatabase.make()
-        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 4))
+        // Generous: the whole suite shares two cores, and this test is about sharing, not speed.
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 4, acquireTimeout: .seconds(120)))
         let pids = try await withThrowingTaskGroup(of: Int32.self) { group in
             for index in 0..<200 {
                 group.addTask {
                     try await pool.withConnection { connection in
                         #expect(try await connection.value(Int.self, "SELECT \(index) + 1") == index + 1)
+                        // Held a moment, so that all four connections are needed.
+                        try await connection.execute("SELECT pg_sleep(0.002)")
                         return try await connection.value(Int32.self, "SELECT pg_backend_pid()")
                     }
                 }
@@ -19,9 +22,11 @@ import Testing
             for try await pid in group { pids.insert(pid) }
             return pids
         }
-        #expect(pids.count <= 4)
-        #expect(await pool.statistics.open <= 4)
+        #expect(pids.count == 4)
+        let statistics = pool.statistics
+        #expect(statistics.open == 4 && statistics.idle == 4 && statistics.inUse == 0 && statistics.waiting == 0, "\(statistics)")
         await pool.close()
+        #expect(pool.statistics.open == 0)
     }
 
     @Test func aKilledConnectionFailsClearlyAndIsReplaced() async throws {
@@ -30,11 +35,14 @@ import Testing
         let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1))
         let firstPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
         try await admin.execute("SELECT pg_terminate_backend(\(firstPID))")
-        let error = await expectKinds([.adminShutdown, .connectionFailure]) {
+        // The pool's I/O thread usually notices the dead session while it is idle, and the call
+        // gets a new connection; if the call came first, it fails as safe to retry.
+        do {
             try await pool.withConnection { _ = try await $0.execute("SELECT 1") }
+        } catch let error as PostgresError {
+            #expect([.adminShutdown, .connectionFailure].contains(error.kind))
+            #expect(error.retry == .safe, "\(error)")
         }
-        #expect(error?.isRetryable == true)
-        #expect(error?.message.isEmpty == false)
         let secondPID = try await pool.withConnection { try await $0.value(Int32.self, "SELECT pg_backend_pid()") }
         #expect(secondPID != firstPID)
         await admin.close()
@@ -59,9 +67,12 @@ import Testing
 
     @Test func acquireTimesOutWhenEveryConnectionIsBusy() async throws {
         let database = try await TestPostgresDatabase.make()
-        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .milliseconds(200)))
+        // Opened ahead: the 200 ms acquire timeout covers connecting too, which can take longer
+        // on a loaded machine.
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(minimumConnections: 1, maximumConnections: 1, acquireTimeout: .milliseconds(200)))
+        try await waitUntil { pool.statistics.open == 1 && pool.statistics.idle == 1 }
         let holder = Task { try await pool.withConnection { try await $0.execute("SELECT pg_sleep(1)") } }
-        try await waitUntil { await pool.statistics.inUse == 1 }
+        try await waitUntil { pool.statistics.inUse == 1 }
         let error = await expectPostgresError(.poolTimeout) { try await pool.execute("SELECT 1") }
         #expect(error?.message.contains("maximumConnections") == true)
         _ = try await holder.value
@@ -73,11 +84,11 @@ import Testing
         let database = try await TestPostgresDatabase.make()
         let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(minimumConnections: 1, maximumConnections: 2))
         let borrowed = Task { try await pool.withConnection { try await $0.value(Int.self, "SELECT 7 FROM pg_sleep(0.3)") } }
-        try await waitUntil { await pool.statistics.inUse == 1 }
+        try await waitUntil { pool.statistics.inUse == 1 }
         await pool.close()
         // close() returned only after the borrowed connection came back.
         #expect(try await borrowed.value == 7)
-        #expect(await pool.statistics.open == 0)
+        #expect(pool.statistics.open == 0)
         await expectPostgresError(.poolClosed) { try await pool.execute("SELECT 1") }
     }
 

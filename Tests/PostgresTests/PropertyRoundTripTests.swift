@@ -79,6 +79,26 @@ import Testing
         }
     }
 
+    /// A timestamp read from the server, written as ISO 8601 text and read back, is the same
+    /// `Date` (JSON documents and exports carry dates this way).
+    @Test func isoTextKeepsEveryMicrosecond() async throws {
+        let (connection, _) = try await freshConnection()
+        await propertyCheck(count: 60, input: Self.anyDate) { date in
+            do {
+                let fromServer = try await connection.value(Date.self, "SELECT \(date)::timestamptz")
+                let text = ISOTimestamp.format(fromServer)
+                #expect(ISOTimestamp.parse(text) == fromServer, "\(text)")
+                let serverText = try await connection.value(String.self, "SELECT to_char(\(date)::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+                #expect(ISOTimestamp.parse(serverText) == fromServer, "the server wrote \(serverText)")
+            } catch {
+                Issue.record("\(error)")
+            }
+        }
+        #expect(ISOTimestamp.parse("2026-11-23T03:04:05.1234565+02:00") == ISOTimestamp.parse("2026-11-23T01:04:05.123457Z"))
+        #expect(ISOTimestamp.parse("2026-11-23 03:04:05") == nil)
+        #expect(ISOTimestamp.parse("2026-11-23T03:04:05.Z") == nil)
+    }
+
     @Test func exactNumbersAndUUIDs() async throws {
         let (connection, _) = try await freshConnection()
         let numeric = Gen.number.array(of: 1...600).map { String($0) }.compactMap { PostgresNumeric(String($0.prefix(300)) + "." + String($0.dropFirst(300))) }

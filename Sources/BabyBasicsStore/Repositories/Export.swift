@@ -283,29 +283,11 @@ public enum ExportCoding {
         return decoder
     }
 
-    /// `2026-11-21T07:15:03.123456Z`.
-    public static func format(_ date: Date) -> String {
-        let micros = Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
-        let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
-        let fraction = micros - seconds * 1_000_000
-        let whole = Date(timeIntervalSince1970: TimeInterval(seconds))
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = .gmt
-        let p = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: whole)
-        func pad(_ value: Int, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return "\(pad(p.year ?? 0, 4))-\(pad(p.month ?? 0, 2))-\(pad(p.day ?? 0, 2))T\(pad(p.hour ?? 0, 2)):\(pad(p.minute ?? 0, 2)):\(pad(p.second ?? 0, 2)).\(pad(Int(fraction), 6))Z"
-    }
+    /// `2026-11-21T07:15:03.123456Z`: always six fraction digits.
+    public static func format(_ date: Date) -> String { ISOTimestamp.format(date, alwaysFraction: true) }
 
-    public static func parse(_ text: String) -> Date? {
-        guard text.hasSuffix("Z"), let dot = text.lastIndex(of: ".") else { return EventData.parseISO8601(text) }
-        let fraction = text[text.index(after: dot)..<text.index(before: text.endIndex)]
-        guard let base = try? Date.ISO8601FormatStyle().parse(String(text[..<dot]) + "Z"), let micros = Int64(fraction.prefix(6).padding(toLength: 6, withPad: "0", startingAt: 0)) else { return nil }
-        let total = Int64((base.timeIntervalSince1970).rounded()) * 1_000_000 + micros
-        return Date(timeIntervalSince1970: Double(total) / 1_000_000)
-    }
+    /// Reads what `format` wrote (and any ISO 8601 timestamp) back to the same `Date`.
+    public static func parse(_ text: String) -> Date? { ISOTimestamp.parse(text) }
 }
 
 /// The JSON export, for reading it back.

@@ -100,26 +100,28 @@ extension PostgresConnection {
     /// column names are quoted by `PQescapeIdentifier`. Returns the number of rows copied.
     ///
     /// A value that cannot be sent, or a server error (a constraint, a type mismatch), aborts
-    /// the whole COPY: nothing is loaded, and the error carries its SQLSTATE.
+    /// the whole COPY: nothing is loaded, and the error carries its SQLSTATE. `rows` runs on a
+    /// thread of its own (the COPY owns the connection meanwhile), never on an I/O thread.
     public func copyIn(
         table: String, schema: String? = nil, columns: [String],
-        _ rows: @Sendable (inout PostgresCopyWriter) throws -> Void
+        _ rows: @escaping @Sendable (inout PostgresCopyWriter) throws -> Void
     ) async throws -> Int {
         try await copyIn(table: table, schema: schema, columns: columns, chunkLimit: Int(Int32.max) - (1 << 20), rows)
     }
 
     func copyIn(
         table: String, schema: String? = nil, columns: [String], chunkLimit: Int,
-        _ rows: @Sendable (inout PostgresCopyWriter) throws -> Void
+        _ rows: @escaping @Sendable (inout PostgresCopyWriter) throws -> Void
     ) async throws -> Int {
-        try checkOwnership()
+        try await checkOwnership()
         let target: SQL = schema.map { "\(identifier: $0, table)" } ?? "\(identifier: table)"
         let columnList = SQL.joined(columns.map { "\(identifier: $0)" })
-        let statement = try SQL("COPY \(target) (\(columnList)) FROM STDIN WITH (FORMAT binary)").render(quoteIdentifier: escapeIdentifier)
-        return try await runCancellable {
-            let connection = try self.liveConnection()
-            try self.startCopy(connection, statement.text, expecting: PGRES_COPY_IN)
-            var writer = PostgresCopyWriter(connection: connection, fieldCount: columns.count, chunkLimit: chunkLimit)
+        let statement = try SQL("COPY \(target) (\(columnList)) FROM STDIN WITH (FORMAT binary)").render(quoteIdentifier: core.escapeIdentifier).text
+        let fieldCount = columns.count
+        return try await blocking { session in
+            let connection = session.connection
+            try session.startCopy(statement, expecting: PGRES_COPY_IN)
+            var writer = PostgresCopyWriter(connection: connection, fieldCount: fieldCount, chunkLimit: chunkLimit)
             do {
                 try rows(&writer)
                 writer.buffer.appendBigEndian(Int16(-1)) // trailer
@@ -130,19 +132,19 @@ extension PostgresConnection {
                 while let result = PQgetResult(connection) { PQclear(result) }
                 throw error
             }
-            guard PQputCopyEnd(connection, nil) == 1 else { throw self.connectionError(connection, query: statement.text) }
-            return try self.finishCopy(connection, query: statement.text)
+            guard PQputCopyEnd(connection, nil) == 1 else { throw session.connectionError(query: statement) }
+            return try session.finishCopy(query: statement)
         }
     }
 
     /// Streams `COPY (query) TO STDOUT` (or a whole table) to `body`, chunk by chunk, in
     /// `format`. COPY takes no parameters, so `query` must have none (filter with `stream(_:)`
-    /// instead). Returns the number of rows.
+    /// instead). Returns the number of rows. `body` runs on a thread of its own.
     ///
     /// ```swift
     /// try await connection.copyOut(table: "events", format: .csv) { chunk in file.write(Data(chunk)) }
     /// ```
-    public func copyOut(query: SQL, format: PostgresCopyFormat = .text, _ body: @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
+    public func copyOut(query: SQL, format: PostgresCopyFormat = .text, _ body: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
         guard query.parameterCount == 0 else {
             throw PostgresError(kind: .misuse, message: "COPY cannot take parameters; stream a parameterized query with stream(_:) instead")
         }
@@ -150,18 +152,18 @@ extension PostgresConnection {
     }
 
     /// Streams a whole table (or some of its columns) with `COPY … TO STDOUT`.
-    public func copyOut(table: String, schema: String? = nil, columns: [String]? = nil, format: PostgresCopyFormat = .text, _ body: @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
+    public func copyOut(table: String, schema: String? = nil, columns: [String]? = nil, format: PostgresCopyFormat = .text, _ body: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
         let target: SQL = schema.map { "\(identifier: $0, table)" } ?? "\(identifier: table)"
         let columnList: SQL = columns.map { "(\(SQL.joined($0.map { "\(identifier: $0)" })))" } ?? ""
         return try await copyOut(statement: "COPY \(target) \(columnList) TO STDOUT WITH (FORMAT \(SQL(unsafeRawSQL: format.rawValue)))", body)
     }
 
-    private func copyOut(statement sql: SQL, _ body: @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
-        try checkOwnership()
-        let statement = try sql.render(quoteIdentifier: escapeIdentifier)
-        return try await runCancellable {
-            let connection = try self.liveConnection()
-            try self.startCopy(connection, statement.text, expecting: PGRES_COPY_OUT)
+    private func copyOut(statement sql: SQL, _ body: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
+        try await checkOwnership()
+        let statement = try sql.render(quoteIdentifier: core.escapeIdentifier).text
+        return try await blocking { session in
+            let connection = session.connection
+            try session.startCopy(statement, expecting: PGRES_COPY_OUT)
             var failure: (any Error)?
             while true {
                 var chunk: UnsafeMutablePointer<CChar>?
@@ -182,33 +184,106 @@ extension PostgresConnection {
                 } else if length == -1 {
                     break
                 } else {
-                    throw self.connectionError(connection, query: statement.text)
+                    throw session.connectionError(query: statement)
                 }
             }
             if let failure {
                 while let result = PQgetResult(connection) { PQclear(result) }
                 throw failure
             }
-            return try self.finishCopy(connection, query: statement.text)
+            return try session.finishCopy(query: statement)
         }
     }
 
+    /// Runs `work` with the connection in blocking mode on a thread of its own (see
+    /// `ConnectionCore.runBlocking`); cancelling the task cancels the COPY on the server.
+    private func blocking<T: Sendable>(_ work: @escaping @Sendable (BlockingSession) throws -> T) async throws -> T {
+        if Task.isCancelled {
+            throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before the COPY began", sqlState: "57014")
+        }
+        let core = self.core
+        let loop = self.loop
+        let secrets = core.secrets
+        return try await withTaskCancellationHandler { [self] in
+            try await self.runBlocking { connection in try work(BlockingSession(connection: connection, secrets: secrets)) }
+        } onCancel: {
+            loop.execute { core.cancelBlocking() }
+        }
+    }
+}
+
+extension PostgresConnection {
+    /// Runs `body` with the connection in blocking mode on a thread of its own, once nothing
+    /// else is in flight; the I/O thread leaves the socket alone meanwhile.
+    func runBlocking<T: Sendable>(_ body: @escaping @Sendable (OpaquePointer) throws -> T) async throws -> T {
+        // Nothing may be sent between the check and the hand-over: no await between them.
+        while core.lastPendingID != nil { await waitUntilIdle() }
+        let box = UncheckedBox(try core.beginBlocking())
+        let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: Result { try body(box.value) }) }
+        }
+        core.endBlocking()
+        return try outcome.get()
+    }
+}
+
+/// libpq calls of a COPY, on the helper thread that owns the connection meanwhile.
+struct BlockingSession {
+    let connection: OpaquePointer
+    let secrets: [String]
+
     /// Sends the COPY statement and checks that the server entered `status`; a refusal (a bad
     /// column, a missing table) comes back as its own error.
-    private func startCopy(_ connection: OpaquePointer, _ text: String, expecting status: ExecStatusType) throws {
-        guard let started = PQexec(connection, text) else { throw connectionError(connection, query: text) }
+    func startCopy(_ text: String, expecting status: ExecStatusType) throws {
+        guard let started = PQexec(connection, text) else { throw connectionError(query: text) }
         guard PQresultStatus(started) == status else {
-            _ = try check(started, query: text) // throws the server's error
-            throw PostgresError(kind: .protocolViolation, message: "COPY did not start")
+            throw failure(started, query: text)
         }
         PQclear(started)
     }
 
     /// Reads the COPY's final result and drains libpq to idle before reporting it, so an error
     /// never leaves the connection busy.
-    private func finishCopy(_ connection: OpaquePointer, query: String) throws -> Int {
-        let result = PQgetResult(connection)
+    func finishCopy(query: String) throws -> Int {
+        guard let result = PQgetResult(connection) else { throw connectionError(query: query) }
         while let extra = PQgetResult(connection) { PQclear(extra) }
-        return try check(result, query: query).affectedRows
+        let status = PQresultStatus(result)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else { throw failure(result, query: query) }
+        let storage = ResultStorage(result: result)
+        return storage.affectedRows
+    }
+
+    /// The error a failed result carries (and frees it).
+    func failure(_ result: OpaquePointer, query: String) -> PostgresError {
+        defer { PQclear(result) }
+        func field(_ code: Character) -> String? {
+            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
+            return String(cString: value)
+        }
+        let sqlState = field("C")
+        var error = PostgresError(
+            kind: sqlState.map(PostgresError.kind(forSQLState:)) ?? .protocolViolation,
+            message: Redaction.redact((field("M") ?? String(cString: PQresultErrorMessage(result))).trimmingCharacters(in: .whitespacesAndNewlines), secrets: secrets),
+            sqlState: sqlState)
+        error.detail = field("D")
+        error.hint = field("H")
+        error.constraint = field("n")
+        error.table = field("t")
+        error.column = field("c")
+        error.query = query
+        if sqlState == nil, PQresultStatus(result) != PGRES_FATAL_ERROR {
+            error.kind = .misuse
+            error.message = "COPY did not start"
+        }
+        return error
+    }
+
+    func connectionError(query: String) -> PostgresError {
+        let bad = PQstatus(connection) == CONNECTION_BAD
+        let message = Redaction.redact(String(cString: PQerrorMessage(connection)), secrets: secrets).trimmingCharacters(in: .whitespacesAndNewlines)
+        var error = PostgresError(kind: bad ? .connectionFailure : .protocolViolation, message: bad ? "the connection to the server was lost: \(message)" : message)
+        error.query = query
+        error.lostConnectionOutcome = .outcomeUnknown
+        return error
     }
 }

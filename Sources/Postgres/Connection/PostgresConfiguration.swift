@@ -16,9 +16,49 @@ import Foundation
 public struct PostgresConfiguration: Sendable {
     /// The URL or conninfo string; `nil` for libpq's environment defaults.
     public var connectionString: String?
-    /// Seconds to wait for the connection (libpq's `connect_timeout`; libpq rounds values
-    /// below 2 up to 2). `nil` keeps whatever the string or `PGCONNECT_TIMEOUT` says.
+    /// Seconds to wait for the connection. `nil` takes `connect_timeout` from the string or
+    /// `PGCONNECT_TIMEOUT`, else 10 seconds: a connection attempt never waits forever.
     public var connectTimeout: Int?
+    /// How long any statement may run unless the call gives its own deadline; past it the
+    /// statement is cancelled on the server and the call throws `.timeout`. `nil`: no limit.
+    ///
+    /// ```swift
+    /// config.queryTimeout = .seconds(5)
+    /// ```
+    public var queryTimeout: Duration?
+    /// TCP keepalives and `tcp_user_timeout`, unless the string sets them: a peer that went
+    /// silent (a dropped network path, a frozen host) is noticed within about a minute even on
+    /// an idle connection. Unix sockets ignore them.
+    public var keepalives = Keepalives()
+
+    /// TCP keepalive settings (libpq's `keepalives_idle`, `keepalives_interval`,
+    /// `keepalives_count`, `tcp_user_timeout`).
+    ///
+    /// ```swift
+    /// config.keepalives = .init(idle: .seconds(10), interval: .seconds(5), count: 3, userTimeout: .seconds(20))
+    /// ```
+    public struct Keepalives: Sendable {
+        public var idle: Duration
+        public var interval: Duration
+        public var count: Int
+        /// How long sent data may stay unacknowledged before the connection is dropped (Linux).
+        public var userTimeout: Duration
+
+        public init(idle: Duration = .seconds(30), interval: Duration = .seconds(10), count: Int = 3, userTimeout: Duration = .seconds(30)) {
+            self.idle = idle
+            self.interval = interval
+            self.count = count
+            self.userTimeout = userTimeout
+        }
+    }
+
+    /// Seconds until the connect deadline.
+    var effectiveConnectTimeout: Int {
+        if let connectTimeout { return max(1, connectTimeout) }
+        if let value = conninfoValue("connect_timeout").flatMap({ Int($0) }), value > 0 { return value }
+        if let value = ProcessInfo.processInfo.environment["PGCONNECT_TIMEOUT"].flatMap({ Int($0) }), value > 0 { return value }
+        return 10
+    }
     /// Reported in `pg_stat_activity.application_name`. `nil` keeps the string's value.
     public var applicationName: String?
     /// Connects to this database instead of the one the string names (same server, user and
@@ -49,6 +89,45 @@ public struct PostgresConfiguration: Sendable {
         var configuration = PostgresConfiguration("")
         configuration.connectionString = nil
         return configuration
+    }
+
+    /// The keyword/value pairs for `PQconnectStartParams` (the first `dbname` is expanded as a
+    /// URL or conninfo string, exactly as psql does).
+    func connectionParameters() -> ([String], [String]) {
+        var keywords: [String] = []
+        var values: [String] = []
+        func add(_ keyword: String, _ value: String) {
+            keywords.append(keyword)
+            values.append(value)
+        }
+        if let string = connectionString, !string.isEmpty { add("dbname", string) }
+        add("connect_timeout", String(effectiveConnectTimeout))
+        if let applicationName { add("application_name", applicationName) }
+        // Only the first dbname is expanded as a URL/conninfo; this one is a plain name.
+        if let database { add("dbname", database) }
+        add("fallback_application_name", "babybasics")
+        add("client_encoding", "UTF8")
+        if let options = startupOptions { add("options", options) }
+        // Keepalives, unless the string or the environment chose.
+        if conninfoValue("keepalives") == nil {
+            add("keepalives", "1")
+            if conninfoValue("keepalives_idle") == nil { add("keepalives_idle", String(keepalives.idle.components.seconds)) }
+            if conninfoValue("keepalives_interval") == nil { add("keepalives_interval", String(keepalives.interval.components.seconds)) }
+            if conninfoValue("keepalives_count") == nil { add("keepalives_count", String(keepalives.count)) }
+        }
+        if conninfoValue("tcp_user_timeout") == nil {
+            add("tcp_user_timeout", String(keepalives.userTimeout.components.seconds * 1000))
+        }
+        return (keywords, values)
+    }
+
+    /// `host db.example.com port 5432 database babybasics`, for messages (never the password).
+    var redactedTarget: String {
+        let environment = ProcessInfo.processInfo.environment
+        let host = conninfoValue("host") ?? conninfoValue("hostaddr") ?? environment["PGHOST"] ?? "the default host"
+        let port = conninfoValue("port") ?? environment["PGPORT"] ?? "5432"
+        let name = database ?? conninfoValue("dbname") ?? environment["PGDATABASE"] ?? "the default database"
+        return "host \(host) port \(port) database \(name)"
     }
 
     /// libpq's `options` value: the string's (or `PGOPTIONS`') own, then `serverSettings`; nil

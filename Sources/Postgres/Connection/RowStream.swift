@@ -1,23 +1,41 @@
 import CLibPQ
 import Foundation
 
-/// Shared by a row stream's iterator and its connection: whether the consumer went away.
+/// Shared by a row stream's iterator and its connection: the request, the rows waiting, and
+/// how the stream ended if it ended early.
 final class StreamHandle: @unchecked Sendable {
     /// The statement's cache key, to forget a plan the server invalidated.
     let cacheKey: String
-    init(cacheKey: String) { self.cacheKey = cacheKey }
+    let requestID: UInt64
+    let state: RowStreamState
     private let lock = NSLock()
     private var abandonedFlag = false
+    private var closedReason: String?
+
+    init(cacheKey: String, requestID: UInt64, state: RowStreamState) {
+        self.cacheKey = cacheKey
+        self.requestID = requestID
+        self.state = state
+    }
+
     var abandoned: Bool { lock.withLock { abandonedFlag } }
     func abandon() { lock.withLock { abandonedFlag = true } }
+
+    /// Why the stream was cut off before its reader finished: its connection went back to the
+    /// pool or closed. A later `next()` throws this rather than ending as if the result were
+    /// complete.
+    var closedEarly: String? { lock.withLock { closedReason } }
+    func closed(reason: String) { lock.withLock { if closedReason == nil { closedReason = reason } } }
 }
 
 /// Rows of one query, delivered one at a time as the server sends them (libpq single-row
-/// mode), so a large result is never held whole in memory.
+/// mode), so a large result is never held whole in memory: at most a few hundred rows wait for
+/// the reader, and the server waits when they do.
 ///
 /// While a stream is open its connection runs nothing else. Leaving the loop early (or
 /// dropping the iterator) cancels the query on the server; the connection is cleaned up before
-/// its next statement. Cancelling the consuming task cancels the query too.
+/// its next statement. Cancelling the consuming task cancels the query too. Reading a stream
+/// after its connection went back to a pool (outside `withConnection`) throws.
 ///
 /// ```swift
 /// for try await row in try await connection.stream("SELECT id, start_time FROM events WHERE child_id = \(id)") {
@@ -67,81 +85,73 @@ final class IteratorOwner: Sendable {
 extension PostgresConnection {
     /// Starts `sql` in single-row mode and returns its rows as an `AsyncSequence`.
     public func stream(_ sql: SQL) async throws -> PostgresRowSequence {
-        try checkOwnership()
-        let rendered = try sql.render(quoteIdentifier: escapeIdentifier)
-        let statement = try preparedStatement(for: rendered)
-        let connection = try liveConnection()
-        let sent = rendered.withParameters { count, values, lengths, formats -> Int32 in
-            guard !statement.isUnnamed else {
-                return rendered.types.withUnsafeBufferPointer { types in
-                    PQsendQueryParams(connection, rendered.text, count, types.baseAddress, values, lengths, formats, statement.resultFormat.rawValue)
-                }
-            }
-            return PQsendQueryPrepared(connection, statement.name, count, values, lengths, formats, statement.resultFormat.rawValue)
-        } ?? 0
-        guard sent == 1 else { throw connectionError(connection, query: rendered.text) }
-        _ = PQsetSingleRowMode(connection)
-        let handle = StreamHandle(cacheKey: rendered.cacheKey)
+        try await checkOwnership()
+        let rendered = try sql.render(quoteIdentifier: core.escapeIdentifier)
+        let statement = try await preparedStatement(for: rendered)
+        let step: Request.Step = statement.isUnnamed
+            ? .executeUnnamed(statement: rendered, resultFormat: statement.resultFormat)
+            : .execute(name: statement.name, statement: rendered, resultFormat: statement.resultFormat)
+        let state = RowStreamState()
+        let request = Request(id: Self.nextRequestID(), kind: .stream(step, state), text: rendered.text)
+        let handle = StreamHandle(cacheKey: rendered.cacheKey, requestID: request.id, state: state)
+        core.submit(request, deadline: configuration.queryTimeout)
         openStream = handle
         return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
     }
 
     /// The next row of the open stream, or `nil` at its end.
     func nextStreamRow(_ handle: StreamHandle) async throws -> PostgresRow? {
-        guard openStream === handle else { return nil }
-        return try await runCancellable {
-            let connection = try self.liveConnection()
-            guard let result = PQgetResult(connection) else {
-                self.openStream = nil
-                return nil
-            }
-            switch PQresultStatus(result) {
-            case PGRES_SINGLE_TUPLE:
-                return PostgresRows(storage: ResultStorage(result: result))[0]
-            case PGRES_TUPLES_OK, PGRES_COMMAND_OK:
-                PQclear(result)
-                while let extra = PQgetResult(connection) { PQclear(extra) }
-                self.openStream = nil
-                return nil
-            case PGRES_COPY_IN, PGRES_COPY_OUT, PGRES_COPY_BOTH:
-                self.openStream = nil
-                PQclear(result)
-                self.abandonCopy(connection)
-                throw PostgresError(kind: .misuse, message: "COPY cannot run through stream(); use copyOut")
-            default:
-                self.openStream = nil
-                let error = self.makeError(result, connection: connection, query: "stream")
-                PQclear(result)
-                while let extra = PQgetResult(connection) { PQclear(extra) }
-                if Self.isStalePlan(error) { self.dropCachedStatement(handle.cacheKey) }
-                if PQstatus(connection) == CONNECTION_BAD { self.brokenFlag.store(true, ordering: .releasing) }
-                throw error
-            }
+        if let reason = handle.closedEarly {
+            throw PostgresError(kind: .misuse, message: "the row stream was cut off because \(reason); read it to the end inside withConnection (or before the next statement on its connection)")
         }
+        guard openStream === handle else { return nil }
+        let core = self.core
+        let loop = self.loop
+        let id = handle.requestID
+        do {
+            let row = try await withTaskCancellationHandler { [self] in
+                try await self.nextRow(handle.state) // uses self: stays on the I/O thread
+            } onCancel: {
+                loop.execute { core.interrupt(id, .cancelled) }
+            }
+            guard let row else {
+                if openStream === handle { openStream = nil }
+                return nil
+            }
+            return PostgresRows(storage: row)[0]
+        } catch let error as PostgresError {
+            if openStream === handle { openStream = nil }
+            if Self.isStalePlan(error) { forgetStatement(handle.cacheKey, stillExists: error.sqlState != "26000") }
+            throw error
+        }
+    }
+
+    private func nextRow(_ state: RowStreamState) async throws -> ResultStorage? {
+        let core = self.core
+        return try await withCheckedThrowingContinuation { core.whenRowArrives(state, $0) }
     }
 
     /// Before any other statement: an abandoned stream is cancelled and drained; a stream
     /// still being read is a misuse.
-    func settleStream() throws(PostgresError) {
+    func settleStream() async throws {
         guard let stream = openStream else { return }
-        guard stream.abandoned else {
-            throw PostgresError(kind: .misuse, message: "a row stream is still open on this connection; finish or leave its loop before running another statement")
-        }
-        closeStream()
-    }
-
-    /// Cancels and drains the open stream, if any (also used when a pool takes the connection back).
-    public func closeStream() {
-        guard openStream != nil, let handle = try? liveConnection() else {
+        if stream.state.finished && stream.state.buffered == 0 {
             openStream = nil
             return
         }
-        openStream = nil
-        if let cancel = PQgetCancel(handle) {
-            var message = [CChar](repeating: 0, count: 256)
-            _ = PQcancel(cancel, &message, Int32(message.count))
-            PQfreeCancel(cancel)
+        guard stream.abandoned else {
+            throw PostgresError(kind: .misuse, message: "a row stream is still open on this connection; finish or leave its loop before running another statement")
         }
-        while let result = PQgetResult(handle) { PQclear(result) }
+        await closeStream(reason: nil)
+    }
+
+    /// Cancels and drains the open stream, if any. With a reason (the pool took the
+    /// connection back), a reader that comes later gets an error instead of a silent end.
+    func closeStream(reason: String?) async {
+        guard let stream = openStream else { return }
+        openStream = nil
+        if let reason, !(stream.state.finished && stream.state.buffered == 0) { stream.closed(reason: reason) }
+        core.abandonStream(stream.state, requestID: stream.requestID)
+        await waitUntilComplete(stream.requestID)
     }
 }

@@ -110,8 +110,14 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
         return token
     }
 
-    func modify(_ fd: Int32, token: UInt64, interest: Int32) {
-        _ = bb_poller_modify(poller, fd, interest, token)
+    /// False when the descriptor is no longer registered (closed and reopened).
+    func modify(_ fd: Int32, token: UInt64, interest: Int32) -> Bool {
+        bb_poller_modify(poller, fd, interest, token) == 0
+    }
+
+    /// Drops a handler whose descriptor is already gone from the poller.
+    func forget(_ token: UInt64) {
+        handlers[token] = nil
     }
 
     func unregister(_ fd: Int32, token: UInt64) {
@@ -124,10 +130,12 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     /// Calls `action` on the loop thread at `deadline`, unless cancelled first.
     @discardableResult
     func schedule(at deadline: ContinuousClock.Instant, _ action: @escaping () -> Void) -> TimerHeap.ID {
-        timers.insert(deadline, action)
+        assert(inLoop, "a timer was scheduled off its loop's thread")
+        return timers.insert(deadline, action)
     }
 
     func cancelTimer(_ id: TimerHeap.ID?) {
+        assert(inLoop, "a timer was cancelled off its loop's thread")
         if let id { timers.cancel(id) }
     }
 

@@ -2,8 +2,8 @@
 /// a value that cannot be sent, or a misuse of the API.
 ///
 /// Server errors carry every field libpq reports. `kind` classifies the common SQLSTATEs so
-/// callers can `switch` instead of comparing strings, and `isRetryable` says whether running the
-/// whole transaction again may succeed.
+/// callers can `switch` instead of comparing strings, and `retry` says whether running the whole
+/// transaction again is safe, may write twice, or cannot help.
 ///
 /// ```swift
 /// do {
@@ -102,16 +102,52 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         case poolClosed
         /// libpq returned something the wrapper did not expect.
         case protocolViolation
+        /// A statement ran past its deadline and was cancelled (or abandoned, on a connection it
+        /// shares with other callers).
+        case timeout
     }
 
-    /// Whether running the *whole transaction* again may succeed: serialization failures,
-    /// deadlocks, lock timeouts, and lost connections or server restarts.
-    public var isRetryable: Bool {
+    /// Whether running the same work again can help, in three answers a caller can act on.
+    ///
+    /// ```swift
+    /// switch error.retry {
+    /// case .safe: try await runTransactionAgain()
+    /// case .outcomeUnknown: try await checkWhetherItWasSaved()   // never blindly: it may have committed
+    /// case .willNotSucceed: throw error
+    /// }
+    /// ```
+    public enum Retry: String, Sendable, Hashable {
+        /// Nothing was committed: a serialization failure, a deadlock, a lock timeout, a
+        /// connection that failed before the statement was sent, or one lost inside a
+        /// transaction (the server rolls it back), too many connections. Run it again.
+        case safe
+        /// The connection was lost after a COMMIT (or a statement outside a transaction) was
+        /// sent and before its answer came: it may or may not have been applied. A blind retry
+        /// can write twice.
+        case outcomeUnknown
+        /// Authentication, syntax, a constraint, a missing table…: the same call fails again.
+        case willNotSucceed
+    }
+
+    /// Set by the connection when it is lost, from what was in flight (see `retry`).
+    public var lostConnectionOutcome: Retry?
+
+    /// Which step of a multi-statement request failed (the statement's index in a pipeline).
+    var stepIndex: Int?
+
+    /// See `Retry`.
+    public var retry: Retry {
+        if let lostConnectionOutcome { return lostConnectionOutcome }
         switch kind {
-        case .serializationFailure, .deadlockDetected, .lockNotAvailable, .connectionFailure, .adminShutdown:
-            true
+        case .serializationFailure, .deadlockDetected, .lockNotAvailable: return .safe
+        case .connectionFailure, .adminShutdown:
+            // A failure to connect: authentication and names will not get better; the rest may.
+            let text = message.lowercased()
+            let permanent = ["password authentication failed", "authentication failed", "no pg_hba.conf entry",
+                             "does not exist", "ssl is not enabled", "certificate"].contains { text.contains($0) }
+            return permanent ? .willNotSucceed : .safe
         default:
-            sqlState == "53300" // too_many_connections
+            return ["53300", "57P03", "53400"].contains(sqlState ?? "") ? .safe : .willNotSucceed
         }
     }
 

@@ -1,6 +1,29 @@
+import CLibPQ
 import Foundation
+import Synchronization
 
-/// Sizes and timeouts of a `PostgresPool`.
+/// What a pool does to a connection's session before lending it again.
+///
+/// ```swift
+/// var options = PoolOptions()
+/// options.reset = .always   // DISCARD ALL every time, if your SQL changes session state in ways the pool cannot see
+/// ```
+public enum SessionReset: Sendable {
+    /// When the connection may have changed session state (a SET or RESET, LISTEN, a temporary
+    /// table, a cursor, PREPARE, an advisory lock, a script): back to a fresh session of the
+    /// same user with `SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *;
+    /// pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP` (and `DEALLOCATE ALL` after a
+    /// PREPARE). The statement cache stays. Costs nothing when nothing changed, which is most
+    /// of the time.
+    case tracked
+    /// `DISCARD ALL` on every return (and the statement cache starts over): for code that changes
+    /// session state inside functions the pool cannot see.
+    case always
+    /// Nothing but rolling back an open transaction.
+    case never
+}
+
+/// Sizes, timeouts and behaviour of a `PostgresPool`.
 ///
 /// ```swift
 /// let options = PoolOptions(minimumConnections: 2, maximumConnections: 8, acquireTimeout: .seconds(5))
@@ -10,25 +33,47 @@ public struct PoolOptions: Sendable {
     public var minimumConnections: Int
     /// The most connections open at once; further acquires wait.
     public var maximumConnections: Int
-    /// How long an acquire waits before failing with `poolTimeout`.
+    /// How long an acquire may take in all: waiting for a free connection, connecting, and the
+    /// health check. Past it the call fails with `poolTimeout`.
     public var acquireTimeout: Duration
     /// An idle connection older than this is pinged before it is handed out.
     public var healthCheckAfterIdle: Duration
+    /// How many single statements (`query`, `execute`, `fetch…` on the pool) may share one
+    /// connection, pipelined, before another is used; 1 gives each its own.
+    public var maximumPipelineDepth: Int
+    /// What is reset when a connection comes back (see `SessionReset`).
+    public var reset: SessionReset
+    /// Runs on every connection as it comes back, after the reset (and before it is lent
+    /// again); a connection whose hook throws is closed.
+    public var resetHook: (@Sendable (isolated PostgresConnection) async throws -> Void)?
 
     public init(
         minimumConnections: Int = 0, maximumConnections: Int = 10,
-        acquireTimeout: Duration = .seconds(10), healthCheckAfterIdle: Duration = .seconds(30)
+        acquireTimeout: Duration = .seconds(10), healthCheckAfterIdle: Duration = .seconds(30),
+        maximumPipelineDepth: Int = 8, reset: SessionReset = .tracked,
+        resetHook: (@Sendable (isolated PostgresConnection) async throws -> Void)? = nil
     ) {
         self.minimumConnections = max(0, minimumConnections)
         self.maximumConnections = max(1, maximumConnections)
         self.acquireTimeout = acquireTimeout
         self.healthCheckAfterIdle = healthCheckAfterIdle
+        self.maximumPipelineDepth = max(1, maximumPipelineDepth)
+        self.reset = reset
+        self.resetHook = resetHook
     }
 }
 
 /// A bounded set of connections shared by many tasks.
 ///
-/// Each task gets a connection of its own for the length of a closure. Broken connections
+/// - `withConnection` and `transaction` lend a connection to one task for the length of a
+///   closure (an exclusive lease): transactions, streams, COPY and session state need one.
+/// - `query`, `execute` and the `fetch` calls run one autocommit statement, and may share a
+///   connection with other such statements, pipelined (see `PoolOptions.maximumPipelineDepth`).
+///
+/// A connection that comes back idle and clean is ready again at once, with no round trip and
+/// no hop to another thread; one that comes back in a transaction is rolled back, and one whose
+/// session state may have changed is reset (see `SessionReset`). Waiting tasks are served in
+/// order, and one timer per pool (on an I/O thread) enforces their deadlines. Broken connections
 /// (killed backends, restarts) are discarded and replaced; idle ones are health-checked before
 /// reuse; `close()` waits for borrowed connections to come back.
 ///
@@ -42,18 +87,56 @@ public struct PoolOptions: Sendable {
 /// }
 /// await pool.close()
 /// ```
-public actor PostgresPool {
+public final class PostgresPool: Sendable {
     private let configuration: PostgresConfiguration
     /// The pool's limits.
-    public nonisolated let options: PoolOptions
+    public let options: PoolOptions
+    private let state = Mutex(State())
+    private let timerLoop = EventLoopGroup.shared.next()
 
-    private var idle: [(connection: PostgresConnection, since: ContinuousClock.Instant)] = []
-    private var total = 0
-    private var leased = 0
-    private var waiters: [(id: UInt64, continuation: CheckedContinuation<PostgresConnection, any Error>)] = []
-    private var nextWaiterID: UInt64 = 0
-    private var closed = false
-    private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    private struct Idle {
+        let connection: PostgresConnection
+        let since: ContinuousClock.Instant
+    }
+
+    private struct Waiter {
+        let deadline: ContinuousClock.Instant
+        let shared: Bool
+        let continuation: CheckedContinuation<PostgresConnection, any Error>
+    }
+
+    private struct State {
+        var idle: [Idle] = []
+        /// Connections lent to single statements, with how many use each now.
+        var shared: [ObjectIdentifier: (connection: PostgresConnection, users: Int)] = [:]
+        /// Open or opening.
+        var total = 0
+        var exclusive = 0
+        var waiters: [UInt64: Waiter] = [:]
+        var order: [UInt64] = []
+        var orderHead = 0
+        var nextWaiterID: UInt64 = 0
+        var timerArmed: ContinuousClock.Instant?
+        var closed = false
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
+
+        var inUse: Int { exclusive + shared.count }
+
+        /// The first waiter still waiting, in arrival order.
+        mutating func firstWaiter(where accept: (Waiter) -> Bool = { _ in true }) -> (UInt64, Waiter)? {
+            while orderHead < order.count, waiters[order[orderHead]] == nil { orderHead += 1 }
+            if orderHead > 1024, orderHead * 2 > order.count {
+                order.removeFirst(orderHead)
+                orderHead = 0
+            }
+            var index = orderHead
+            while index < order.count {
+                if let waiter = waiters[order[index]], accept(waiter) { return (order[index], waiter) }
+                index += 1
+            }
+            return nil
+        }
+    }
 
     public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
         self.configuration = configuration
@@ -65,27 +148,29 @@ public actor PostgresPool {
 
     /// Counts for monitoring.
     public var statistics: (idle: Int, inUse: Int, open: Int, waiting: Int) {
-        (idle.count, leased, total, waiters.count)
+        state.withLock { ($0.idle.count, $0.inUse, $0.total, $0.waiters.count) }
     }
 
-    /// Lends a connection to `body` and takes it back afterwards, whatever happens.
-    public nonisolated func withConnection<T: Sendable>(
+    // MARK: Borrowing
+
+    /// Lends a connection to `body` (for it alone) and takes it back afterwards, whatever happens.
+    public func withConnection<T: Sendable>(
         _ body: @Sendable (isolated PostgresConnection) async throws -> T
     ) async throws -> T {
-        let connection = try await acquire()
+        let connection = try await acquire(shared: false)
         do {
             let value = try await body(connection)
-            await release(connection)
+            await release(connection, shared: false)
             return value
         } catch {
-            await release(connection)
+            await release(connection, shared: false)
             throw error
         }
     }
 
     /// Runs `body` in a transaction on a pooled connection.
     @discardableResult
-    public nonisolated func transaction<T: Sendable>(
+    public func transaction<T: Sendable>(
         _ options: TransactionOptions = TransactionOptions(),
         _ body: @Sendable (isolated PostgresConnection) async throws -> T
     ) async throws -> T {
@@ -94,172 +179,425 @@ public actor PostgresPool {
         }
     }
 
-    /// One statement on a pooled connection.
-    public nonisolated func query(_ sql: SQL) async throws -> PostgresRows {
-        try await withConnection { try await $0.query(sql) }
-    }
-
-    /// One statement on a pooled connection; returns the affected row count.
-    @discardableResult
-    public nonisolated func execute(_ sql: SQL) async throws -> Int {
-        try await withConnection { try await $0.execute(sql) }
-    }
-
-    // MARK: Acquire and release
-
-    private func acquire() async throws -> PostgresConnection {
-        guard !closed else { throw Self.closedError }
-        if Task.isCancelled {
-            throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection")
+    /// One autocommit statement, on a connection it may share with other such statements.
+    public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
+        let connection = try await acquire(shared: true)
+        do {
+            let rows = try await connection.query(sql, timeout: timeout)
+            await release(connection, shared: true)
+            return rows
+        } catch {
+            await release(connection, shared: true)
+            throw error
         }
-        while let entry = idle.popLast() {
-            if entry.connection.isBroken {
-                total -= 1
-                continue
-            }
-            leased += 1
-            if entry.since.duration(to: .now) > options.healthCheckAfterIdle {
-                let healthy = await entry.connection.ping()
-                if !healthy {
-                    total -= 1
-                    releaseLease()
-                    await entry.connection.close()
-                    serveWaiters()
+    }
+
+    /// One autocommit statement; returns the affected row count.
+    @discardableResult
+    public func execute(_ sql: SQL, timeout: Duration? = nil) async throws -> Int {
+        try await query(sql, timeout: timeout).affectedRows
+    }
+
+    /// Every row of one statement as a `Decodable` struct.
+    public func fetchAll<T: Decodable & Sendable>(_ type: T.Type, _ sql: SQL, timeout: Duration? = nil) async throws -> [T] {
+        try await query(sql, timeout: timeout).decode(as: type)
+    }
+
+    /// The first row of one statement as a `Decodable` struct, or nil.
+    public func fetchOne<T: Decodable & Sendable>(_ type: T.Type, _ sql: SQL, timeout: Duration? = nil) async throws -> T? {
+        try await query(sql, timeout: timeout).first?.decode(as: type)
+    }
+
+    /// The first column of the first row of one statement, or nil.
+    public func fetchValue<T: PostgresDecodable & Sendable>(_ type: T.Type, _ sql: SQL, timeout: Duration? = nil) async throws -> T? {
+        guard let row = try await query(sql, timeout: timeout).first else { return nil }
+        return try row.decode(T?.self, at: 0)
+    }
+
+    // MARK: Acquire
+
+    private enum Plan {
+        case use(PostgresConnection, since: ContinuousClock.Instant?)
+        case open
+        case wait
+        case closed
+    }
+
+    private func acquire(shared: Bool) async throws -> PostgresConnection {
+        if Task.isCancelled {
+            throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection", sqlState: "57014")
+        }
+        let deadline = ContinuousClock.now + options.acquireTimeout
+        while true {
+            let next: Plan = state.withLock { state in self.plan(&state, shared: shared) }
+            switch next {
+            case .closed:
+                throw Self.closedError
+            case .use(let connection, let since):
+                if let since, since.duration(to: ContinuousClock.now) > options.healthCheckAfterIdle, await !connection.ping(deadline: deadline) {
+                    await discard(connection, shared: shared)
                     continue
                 }
-            }
-            return entry.connection
-        }
-        if total < options.maximumConnections {
-            total += 1
-            leased += 1
-            do {
-                return try await PostgresConnection.connect(configuration)
-            } catch {
-                total -= 1
-                releaseLease()
-                serveWaiters()
-                throw error
+                return connection
+            case .open:
+                return try await open(shared: shared, deadline: deadline)
+            case .wait:
+                return try await wait(shared: shared, deadline: deadline)
             }
         }
-        return try await waitForConnection()
     }
 
-    private func waitForConnection() async throws -> PostgresConnection {
-        nextWaiterID += 1
-        let id = nextWaiterID
-        let timeout = options.acquireTimeout
+    /// Decides, under the lock, where a connection comes from.
+    private func plan(_ state: inout State, shared: Bool) -> Plan {
+        guard !state.closed else { return .closed }
+        // Idle connections first (most recently used: warm caches), then a new one, then (for a
+        // single statement) a place in a shared connection's pipeline.
+        while let entry = state.idle.popLast() {
+            if entry.connection.isBroken {
+                state.total -= 1
+                continue
+            }
+            take(entry.connection, into: &state, shared: shared)
+            return .use(entry.connection, since: entry.since)
+        }
+        if state.total < options.maximumConnections {
+            state.total += 1
+            return .open
+        }
+        if shared, let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken }).min(by: { $0.users < $1.users }) {
+            state.shared[ObjectIdentifier(least.connection)]?.users += 1
+            return .use(least.connection, since: nil)
+        }
+        return .wait
+    }
+
+    private func take(_ connection: PostgresConnection, into state: inout State, shared: Bool) {
+        if shared {
+            state.shared[ObjectIdentifier(connection), default: (connection, 0)].users += 1
+        } else {
+            state.exclusive += 1
+        }
+    }
+
+    private func open(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
+        do {
+            let connection = try await PostgresConnection.connect(configuration, deadline: deadline)
+            let accepted = state.withLock { state -> Bool in
+                guard !state.closed else { return false }
+                take(connection, into: &state, shared: shared)
+                return true
+            }
+            guard accepted else {
+                await connection.close()
+                state.withLock { $0.total -= 1 }
+                throw Self.closedError
+            }
+            return connection
+        } catch {
+            state.withLock { $0.total -= 1 }
+            serveWaiters()
+            if var error = error as? PostgresError, error.message.contains("connect timeout"), ContinuousClock.now >= deadline {
+                error.kind = .poolTimeout
+                error.message = "no database connection within \(options.acquireTimeout): connecting took too long. " + error.message
+                throw error
+            }
+            throw error
+        }
+    }
+
+    private func wait(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
+        let id = state.withLock { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                waiters.append((id, continuation))
-                Task { [weak self] in
-                    try? await Task.sleep(for: timeout)
-                    await self?.failWaiter(id, with: PostgresError(
-                        kind: .poolTimeout,
-                        message: "no database connection became free within \(timeout); all \(self?.options.maximumConnections ?? 0) are in use. Raise maximumConnections or find the slow queries"))
+                let outcome = state.withLock { state -> Plan? in
+                    // Something may have come back since the plan was made.
+                    let plan = self.plan(&state, shared: shared)
+                    if case .wait = plan {
+                        state.waiters[id] = Waiter(deadline: deadline, shared: shared, continuation: continuation)
+                        state.order.append(id)
+                        armTimer(&state, for: deadline)
+                        return nil
+                    }
+                    return plan
+                }
+                switch outcome {
+                case nil: break
+                case .use(let connection, _)?: continuation.resume(returning: connection)
+                case .closed?: continuation.resume(throwing: Self.closedError)
+                case .open?:
+                    Task {
+                        do { continuation.resume(returning: try await self.open(shared: shared, deadline: deadline)) } catch { continuation.resume(throwing: error) }
+                    }
+                case .wait?: break
                 }
             }
         } onCancel: {
-            Task { [weak self] in
-                await self?.failWaiter(id, with: PostgresError(kind: .queryCanceled, message: "the task was cancelled while waiting for a connection"))
+            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            waiter?.continuation.resume(throwing: PostgresError(kind: .queryCanceled, message: "the task was cancelled while waiting for a connection", sqlState: "57014"))
+        }
+    }
+
+    /// One timer per pool, at the earliest waiter's deadline (waiters arrive in deadline order).
+    private func armTimer(_ state: inout State, for deadline: ContinuousClock.Instant) {
+        guard state.timerArmed == nil || deadline < state.timerArmed! else { return }
+        state.timerArmed = deadline
+        let loop = timerLoop
+        loop.execute { [self] in
+            loop.schedule(at: deadline) { [self] in expireWaiters() }
+        }
+    }
+
+    private func expireWaiters() {
+        let now = ContinuousClock.now
+        let expired = state.withLock { state -> [Waiter] in
+            state.timerArmed = nil
+            var expired: [Waiter] = []
+            while let (id, waiter) = state.firstWaiter(), waiter.deadline <= now {
+                state.waiters[id] = nil
+                expired.append(waiter)
+            }
+            if let (_, next) = state.firstWaiter() { armTimer(&state, for: next.deadline) }
+            return expired
+        }
+        for waiter in expired {
+            waiter.continuation.resume(throwing: PostgresError(
+                kind: .poolTimeout,
+                message: "no database connection became free within \(options.acquireTimeout); all \(options.maximumConnections) are in use. Raise maximumConnections or find the slow queries"))
+        }
+    }
+
+    // MARK: Release
+
+    private func release(_ connection: PostgresConnection, shared: Bool) async {
+        if shared {
+            let last = state.withLock { state -> Bool in
+                let key = ObjectIdentifier(connection)
+                guard var entry = state.shared[key] else { return false }
+                entry.users -= 1
+                if entry.users > 0 {
+                    state.shared[key] = entry
+                    return false
+                }
+                state.shared[key] = nil
+                state.exclusive += 1 // until it is handed back below
+                return true
+            }
+            if !last {
+                serveWaiters()
+                return
             }
         }
+        // Idle and clean: no round trip, no hop (the mirror is read without the actor).
+        var usable = !connection.isBroken
+        let mirror = connection.core.mirror
+        let clean = mirror.isIdle && !mirror.streaming.load(ordering: .acquiring)
+            && (options.reset == .never || !mirror.sessionDirty.load(ordering: .acquiring))
+            && options.reset != .always && options.resetHook == nil
+        if usable && !clean {
+            usable = await connection.prepareForReuse(options.reset, hook: options.resetHook)
+        }
+        guard usable else { return await discard(connection, shared: false) }
+        handBack(connection)
     }
 
-    private func failWaiter(_ id: UInt64, with error: PostgresError) {
-        guard let index = waiters.firstIndex(where: { $0.id == id }) else { return }
-        waiters.remove(at: index).continuation.resume(throwing: error)
+    /// An exclusively held connection goes to the first waiter, or back to the idle list.
+    private func handBack(_ connection: PostgresConnection) {
+        enum Next { case waiter(CheckedContinuation<PostgresConnection, any Error>), close, done }
+        let next = state.withLock { state -> Next in
+            state.exclusive -= 1
+            if state.closed {
+                state.total -= 1
+                signalDrain(&state)
+                return .close
+            }
+            if let (id, waiter) = state.firstWaiter() {
+                state.waiters[id] = nil
+                take(connection, into: &state, shared: waiter.shared)
+                return .waiter(waiter.continuation)
+            }
+            state.idle.append(Idle(connection: connection, since: .now))
+            return .done
+        }
+        switch next {
+        case .waiter(let continuation): continuation.resume(returning: connection)
+        case .close: Task { await connection.close() }
+        case .done: break
+        }
     }
 
-    private func release(_ connection: PostgresConnection) async {
-        // Drain an open stream and roll back a forgotten transaction, even if the task was
-        // cancelled; the connection stays counted as borrowed until this is done.
-        var usable = !closed && !connection.isBroken
-        if usable { usable = await connection.resetForReuse() }
-        if usable, !closed, !waiters.isEmpty {
-            waiters.removeFirst().continuation.resume(returning: connection)
-            return // handed over: still borrowed
+    private func discard(_ connection: PostgresConnection, shared: Bool) async {
+        state.withLock { state in
+            if shared {
+                state.shared[ObjectIdentifier(connection)] = nil
+            } else {
+                state.exclusive -= 1
+            }
+            state.total -= 1
+            signalDrain(&state)
         }
-        if usable, !closed {
-            idle.append((connection, .now))
-        } else {
-            total -= 1
-            await connection.close()
-            if !closed { Task { await self.replenish() } }
-        }
-        releaseLease()
+        await connection.close()
         serveWaiters()
+        if !state.withLock({ $0.closed }) { Task { await replenish() } }
     }
 
-    /// One borrowed connection less; wakes `close()` when the last one comes back.
-    private func releaseLease() {
-        leased -= 1
-        if closed && leased == 0 {
-            drainWaiters.forEach { $0.resume() }
-            drainWaiters.removeAll()
-        }
-    }
-
-    /// Opens connections for waiting tasks while there is room.
+    /// Opens connections for waiting tasks while there is room, and gives waiting single
+    /// statements room in shared connections.
     private func serveWaiters() {
-        while !waiters.isEmpty && total < options.maximumConnections && !closed {
-            let waiter = waiters.removeFirst()
-            total += 1
-            leased += 1
-            let configuration = self.configuration
-            Task {
-                do {
-                    waiter.continuation.resume(returning: try await PostgresConnection.connect(configuration))
-                } catch {
-                    self.openFailed()
-                    waiter.continuation.resume(throwing: error)
+        enum Action {
+            case open(UInt64, Waiter)
+            case share(Waiter, PostgresConnection)
+        }
+        let actions = state.withLock { state -> [Action] in
+            var actions: [Action] = []
+            while !state.closed, state.total < options.maximumConnections, let (id, waiter) = state.firstWaiter() {
+                state.waiters[id] = nil
+                state.total += 1
+                actions.append(.open(id, waiter))
+            }
+            while let (id, waiter) = state.firstWaiter(where: \.shared),
+                  let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken }).min(by: { $0.users < $1.users }) {
+                state.waiters[id] = nil
+                state.shared[ObjectIdentifier(least.connection)]?.users += 1
+                actions.append(.share(waiter, least.connection))
+            }
+            return actions
+        }
+        for action in actions {
+            switch action {
+            case .share(let waiter, let connection):
+                waiter.continuation.resume(returning: connection)
+            case .open(_, let waiter):
+                Task {
+                    do {
+                        let connection = try await PostgresConnection.connect(configuration, deadline: waiter.deadline)
+                        let accepted = state.withLock { state -> Bool in
+                            guard !state.closed else { return false }
+                            take(connection, into: &state, shared: waiter.shared)
+                            return true
+                        }
+                        if accepted {
+                            waiter.continuation.resume(returning: connection)
+                        } else {
+                            await connection.close()
+                            state.withLock { $0.total -= 1 }
+                            waiter.continuation.resume(throwing: Self.closedError)
+                        }
+                    } catch {
+                        state.withLock { $0.total -= 1 }
+                        waiter.continuation.resume(throwing: error)
+                    }
                 }
             }
         }
-    }
-
-    private func openFailed() {
-        total -= 1
-        releaseLease()
-        serveWaiters()
     }
 
     /// Tops the pool up to `minimumConnections`.
     private func replenish() async {
-        while !closed && total < options.minimumConnections {
-            total += 1
+        while state.withLock({ state -> Bool in
+            guard !state.closed, state.total < options.minimumConnections else { return false }
+            state.total += 1
+            return true
+        }) {
             do {
                 let connection = try await PostgresConnection.connect(configuration)
-                if closed {
-                    total -= 1
-                    await connection.close()
-                } else if !waiters.isEmpty {
-                    leased += 1
-                    waiters.removeFirst().continuation.resume(returning: connection)
-                } else {
-                    idle.append((connection, .now))
-                }
+                state.withLock { $0.exclusive += 1 }
+                handBack(connection)
             } catch {
-                total -= 1
+                state.withLock { $0.total -= 1 }
                 return // the next acquire reports the error
             }
+        }
+    }
+
+    private func signalDrain(_ state: inout State) {
+        if state.closed && state.inUse == 0 {
+            for waiter in state.drainWaiters { waiter.resume() }
+            state.drainWaiters.removeAll()
         }
     }
 
     /// Stops lending: waiting tasks fail with `poolClosed`, idle connections close, and the
     /// call returns once every borrowed connection has come back and closed.
     public func close() async {
-        closed = true
+        let (waiters, idle) = state.withLock { state -> ([Waiter], [Idle]) in
+            state.closed = true
+            let waiters = Array(state.waiters.values)
+            state.waiters.removeAll()
+            state.order.removeAll()
+            state.orderHead = 0
+            let idle = state.idle
+            state.idle.removeAll()
+            state.total -= idle.count
+            return (waiters, idle)
+        }
         for waiter in waiters { waiter.continuation.resume(throwing: Self.closedError) }
-        waiters.removeAll()
-        let closing = idle
-        idle.removeAll()
-        total -= closing.count
-        for entry in closing { await entry.connection.close() }
-        if leased > 0 {
-            await withCheckedContinuation { drainWaiters.append($0) }
+        for entry in idle { await entry.connection.close() }
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                if state.inUse == 0 { return true }
+                state.drainWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
         }
     }
 
     private static let closedError = PostgresError(kind: .poolClosed, message: "the connection pool is closed (the service is shutting down)")
+}
+
+extension PostgresConnection {
+    /// Gets a returned connection ready for the next borrower, ignoring task cancellation:
+    /// ends an open stream (a later read throws), rolls back a transaction left open, resets
+    /// session state as `reset` says, runs `hook`. `false` if the connection is unusable.
+    func prepareForReuse(_ reset: SessionReset, hook: (@Sendable (isolated PostgresConnection) async throws -> Void)?) async -> Bool {
+        guard !isBroken else { return false }
+        await closeStream(reason: "its connection went back to the pool")
+        await waitUntilIdle()
+        transactionToken = nil
+        do {
+            if isInTransaction { try await runControl("ROLLBACK", ignoringCancellation: true) }
+            let dirty = core.mirror.sessionDirty.load(ordering: .acquiring)
+            switch reset {
+            case .always:
+                _ = try await perform(.simple("DISCARD ALL; " + SessionSettings.pinSQL), text: "DISCARD ALL", timeout: nil, ignoringCancellation: true)
+                statements.removeAll()
+                pendingDeallocations.removeAll()
+                userPrepared = false
+            case .tracked where dirty:
+                let deallocate = userPrepared ? "DEALLOCATE ALL; " : ""
+                let script = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP; "
+                    + deallocate + SessionSettings.pinSQL
+                _ = try await perform(.simple(script), text: "session reset", timeout: nil, ignoringCancellation: true)
+                if userPrepared {
+                    statements.removeAll()
+                    pendingDeallocations.removeAll()
+                    userPrepared = false
+                }
+            default:
+                break
+            }
+            core.notificationHandler = nil
+            core.breakHandler = nil
+            core.mirror.sessionDirty.store(false, ordering: .releasing)
+            if let hook { try await hook(self) }
+        } catch {
+            return false
+        }
+        return !isBroken
+    }
+
+    /// A round trip (an empty statement) that ignores task cancellation: the pool's health check.
+    func ping(deadline: ContinuousClock.Instant) async -> Bool {
+        let remaining = ContinuousClock.now.duration(to: deadline)
+        guard remaining > .zero else { return false }
+        do {
+            _ = try await perform(.simple(""), text: "", timeout: remaining, ignoringCancellation: true)
+            return !isBroken
+        } catch {
+            return false
+        }
+    }
 }

@@ -81,33 +81,46 @@ enum JSONCoding {
     }
 }
 
-/// ISO 8601 timestamps to the microsecond, for JSON.
-enum ISOTimestamp {
-    /// `2026-11-23T03:04:05.123456Z` (the fraction left out when it is zero).
-    static func format(_ date: Date) -> String {
-        let totalMicros = (date.timeIntervalSince1970 * 1_000_000).rounded()
+/// ISO 8601 timestamps to the microsecond, PostgreSQL's precision, for JSON and exports.
+///
+/// A date read from a `timestamptz` column, written with `format` and read back with `parse`,
+/// is the same `Date`, bit for bit: both sides count whole microseconds from 2001-01-01, as
+/// the wire decoder does.
+///
+/// ```swift
+/// let text = ISOTimestamp.format(date)              // "2026-11-23T03:04:05.123456Z"
+/// let same = ISOTimestamp.parse(text)               // == date
+/// ```
+public enum ISOTimestamp {
+    /// `2026-11-23T03:04:05.123456Z`; the fraction is left out when it is zero unless
+    /// `alwaysFraction` is set.
+    public static func format(_ date: Date, alwaysFraction: Bool = false) -> String {
+        let totalMicros = (date.timeIntervalSinceReferenceDate * 1_000_000).rounded()
         guard totalMicros.isFinite, abs(totalMicros) < 9e18 else { return date.ISO8601Format() }
         let micros = Int64(totalMicros)
         let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
         let fraction = micros - seconds * 1_000_000
-        let whole = Date(timeIntervalSince1970: TimeInterval(seconds)).ISO8601Format()  // ...Z
-        guard fraction != 0 else { return whole }
+        let whole = Date(timeIntervalSinceReferenceDate: TimeInterval(seconds)).ISO8601Format()  // ...Z
+        guard fraction != 0 || alwaysFraction else { return whole }
         return String(whole.dropLast()) + "." + pad(Int(fraction), 6) + "Z"
     }
 
-    /// Accepts `…Z`, `…+02:00`, with or without a fraction of up to 9 digits.
-    static func parse(_ text: String) -> Date? {
+    /// Accepts `…Z` or `…+02:00`, with or without a fraction of up to 9 digits (rounded to
+    /// the microsecond); nil for anything else.
+    public static func parse(_ text: String) -> Date? {
         var body = Substring(text)
-        var fraction: Double = 0
+        var fractionMicros: Int64 = 0
         if let dot = body.firstIndex(of: ".") {
             var end = body.index(after: dot)
             while end < body.endIndex, body[end].isASCII, body[end].isNumber { end = body.index(after: end) }
             let digits = body[body.index(after: dot)..<end]
-            guard !digits.isEmpty, digits.count <= 9, let value = Int(digits) else { return nil }
-            fraction = Double(value) / pow(10, Double(digits.count))
+            guard !digits.isEmpty, digits.count <= 9, let value = Int64(digits) else { return nil }
+            fractionMicros = Int64((Double(value) * pow(10, Double(6 - digits.count))).rounded())
             body = body[..<dot] + body[end...]
         }
         guard let whole = try? Date(String(body), strategy: .iso8601) else { return nil }
-        return whole.addingTimeInterval(fraction)
+        let seconds = whole.timeIntervalSinceReferenceDate.rounded()
+        guard abs(seconds) < 9e12 else { return nil }
+        return Date(timeIntervalSinceReferenceDate: Double(Int64(seconds) * 1_000_000 + fractionMicros) / 1_000_000)
     }
 }
