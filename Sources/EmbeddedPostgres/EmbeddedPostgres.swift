@@ -10,8 +10,13 @@ import Glibc
 /// For development (`.bbdata/`), for this package's tests, and for backend services' own tests.
 /// As root, the server runs as the `postgres` account, which is given the folder.
 ///
-/// Layout: `data/` (the cluster), `server.log`, `superuser.password`, and the socket
-/// `.s.PGSQL.<port>`.
+/// Locked down: the folder is 0700 (only the account running the server, and root, may enter
+/// it, so only they reach the Unix socket); every connection, local or TCP, authenticates with
+/// SCRAM using a generated password kept in the folder (0600), which the connection URLs name
+/// as their `passfile`, so no secret appears in a URL; TCP (127.0.0.1) only when asked for.
+///
+/// Layout: `data/` (the cluster), `server.log`, `superuser.password`, `pgpass` (the same
+/// password in libpq's passfile format), and the socket `.s.PGSQL.<port>`.
 ///
 /// ```swift
 /// let cluster = EmbeddedPostgres(directory: URL(fileURLWithPath: ".bbdata"))
@@ -32,11 +37,14 @@ public struct EmbeddedPostgres: Sendable {
         public var maxConnections: Int
         /// Extra `postgresql.conf` lines (`name = value`).
         public var settings: [String: String]
+        /// Also listen on 127.0.0.1 (password required); otherwise the Unix socket only.
+        public var tcp: Bool
 
-        public init(durable: Bool = true, maxConnections: Int = 200, settings: [String: String] = [:]) {
+        public init(durable: Bool = true, maxConnections: Int = 200, settings: [String: String] = [:], tcp: Bool = false) {
             self.durable = durable
             self.maxConnections = maxConnections
             self.settings = settings
+            self.tcp = tcp
         }
     }
 
@@ -63,7 +71,7 @@ public struct EmbeddedPostgres: Sendable {
     public let directory: URL
     public let options: Options
 
-    /// The superuser, which connects without a password over the Unix socket.
+    /// The superuser (its password is in the folder; connection URLs point libpq at it).
     public static let superuser = "postgres"
 
     public init(directory: URL, options: Options = Options()) {
@@ -74,6 +82,14 @@ public struct EmbeddedPostgres: Sendable {
     public var dataDirectory: URL { directory.appendingPathComponent("data") }
     public var logFile: URL { directory.appendingPathComponent("server.log") }
     var passwordFile: URL { directory.appendingPathComponent("superuser.password") }
+    /// libpq's password file for this cluster (`passfile=` in every URL this type gives out).
+    public var passFile: URL { directory.appendingPathComponent("pgpass") }
+
+    /// The superuser's generated password (for tools that cannot read a passfile, such as a
+    /// pooler's configuration).
+    public func superuserPassword() throws -> String {
+        try String(contentsOf: passwordFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
 
     // MARK: Status
 
@@ -110,20 +126,26 @@ public struct EmbeddedPostgres: Sendable {
         return port
     }
 
-    /// A URL for `database` over the Unix socket, as the superuser (no password needed):
-    /// `postgresql://postgres@/babybasics?host=/path/.bbdata&port=54321`. psql accepts it.
+    /// A URL for `database` over the Unix socket, as the superuser; libpq reads the password
+    /// from the cluster's `pgpass` file, so the URL holds no secret:
+    /// `postgresql://postgres@/babybasics?host=/path/.bbdata&port=54321&passfile=/path/.bbdata/pgpass`.
+    /// psql accepts it.
     public func connectionString(database: String = "postgres") throws -> String {
         let port = try port()
         let host = directory.path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? directory.path
+        let passfile = passFile.path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? passFile.path
         let name = database.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? database
-        return "postgresql://\(Self.superuser)@/\(name)?host=\(host)&port=\(port)"
+        return "postgresql://\(Self.superuser)@/\(name)?host=\(host)&port=\(port)&passfile=\(passfile)"
     }
 
-    /// A TCP URL (127.0.0.1) for `database`, with the superuser password.
+    /// A TCP URL (127.0.0.1) for `database`, with the superuser password in it. Only for a
+    /// cluster created with `Options(tcp: true)`.
     public func tcpConnectionString(database: String = "postgres") throws -> String {
+        guard options.tcp else {
+            throw EmbeddedPostgresError("this embedded PostgreSQL listens on its Unix socket only", fix: "create it with EmbeddedPostgres.Options(tcp: true), or use connectionString(database:)")
+        }
         let port = try port()
-        let password = try String(contentsOf: passwordFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        return "postgresql://\(Self.superuser):\(password)@127.0.0.1:\(port)/\(database)"
+        return "postgresql://\(Self.superuser):\(try superuserPassword())@127.0.0.1:\(port)/\(database)"
     }
 
     // MARK: Start and stop
@@ -136,11 +158,13 @@ public struct EmbeddedPostgres: Sendable {
         let binaries = try ServerBinaries.locate()
         try prepareDirectory()
         if current == .notInitialized { try initialize(binaries) }
+        try lockDown()
         var lastError: EmbeddedPostgresError?
         for _ in 0..<3 {
             let port = try Self.freePort()
+            let listen = options.tcp ? "127.0.0.1" : "''"
             let outcome = try ProcessRunner.run(binaries.pgCtl, [
-                "start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "60", "-o", "-p \(port)",
+                "start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "60", "-o", "-p \(port) -c listen_addresses=\(listen)",
             ])
             if outcome.status == 0, case .running = try status() { return try status() }
             let log = (try? String(contentsOf: logFile, encoding: .utf8)) ?? ""
@@ -220,13 +244,13 @@ public struct EmbeddedPostgres: Sendable {
         #endif
         let outcome = try ProcessRunner.run(binaries.initdb, [
             "-D", dataDirectory.path, "-U", Self.superuser, "--encoding=UTF8", "--locale=\(locale)",
-            "--auth-local=trust", "--auth-host=scram-sha-256", "--pwfile=\(passwordFile.path)", "--no-sync",
+            "--auth-local=scram-sha-256", "--auth-host=scram-sha-256", "--pwfile=\(passwordFile.path)", "--no-sync",
         ])
         guard outcome.status == 0 else {
             throw EmbeddedPostgresError("initdb failed in \(dataDirectory.path)", fix: "read the output above", output: outcome.output)
         }
         var settings: [(String, String)] = [
-            ("listen_addresses", "'127.0.0.1'"),
+            ("password_encryption", "'scram-sha-256'"),
             ("unix_socket_directories", "'\(directory.path.replacingOccurrences(of: "'", with: "''"))'"),
             ("max_connections", String(options.maxConnections)),
             ("timezone", "'UTC'"),
@@ -242,6 +266,36 @@ public struct EmbeddedPostgres: Sendable {
         defer { try? handle.close() }
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(config.utf8))
+    }
+
+    /// The rules every start enforces, also on a cluster created by an older version (which
+    /// trusted local connections and left the folder open): the folder 0700, `pg_hba.conf`
+    /// allowing SCRAM only, the password files 0600.
+    private func lockDown() throws {
+        guard chmod(directory.path, 0o700) == 0 else {
+            throw EmbeddedPostgresError("could not make \(directory.path) private (chmod 0700): \(String(cString: strerror(errno)))")
+        }
+        let password = try superuserPassword()
+        let passLine = "*:*:*:\(Self.superuser):" + password.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ":", with: "\\:") + "\n"
+        if (try? String(contentsOf: passFile, encoding: .utf8)) != passLine {
+            try Data(passLine.utf8).write(to: passFile, options: .atomic)
+        }
+        let hba = """
+            # Written by EmbeddedPostgres: a password (SCRAM) for every connection; rewritten
+            # on every start. The Unix socket's folder is private to the server's account.
+            local   all   all                  scram-sha-256
+            host    all   all   127.0.0.1/32   scram-sha-256
+            host    all   all   ::1/128        scram-sha-256
+
+            """
+        let hbaFile = dataDirectory.appendingPathComponent("pg_hba.conf")
+        if (try? String(contentsOf: hbaFile, encoding: .utf8)) != hba {
+            try Data(hba.utf8).write(to: hbaFile, options: .atomic)
+        }
+        for file in [passwordFile, passFile, hbaFile] {
+            try ProcessRunner.handOver(file.path)
+            chmod(file.path, 0o600)
+        }
     }
 
     private static func randomPassword() -> String {

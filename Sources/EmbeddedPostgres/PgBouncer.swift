@@ -8,8 +8,9 @@ import Glibc
 /// any server connection, so session state (advisory locks, `SET`, prepared statements,
 /// `LISTEN`) does not survive between transactions.
 ///
-/// It listens on 127.0.0.1 on a free port, trusts every client (the cluster behind it is
-/// reached over its Unix socket as the superuser), and stops when `stop()` is called or this
+/// It listens on 127.0.0.1 on a free port and asks clients for the cluster's superuser
+/// password (SCRAM; `connectionString` points libpq at the cluster's passfile); it reaches the
+/// cluster over its Unix socket as the superuser, and stops when `stop()` is called or this
 /// process ends.
 ///
 /// ```swift
@@ -26,10 +27,13 @@ public struct PgBouncer: Sendable {
     public let directory: URL
     public let port: Int
     public let mode: PoolMode
+    /// The cluster's passfile, which holds the password PgBouncer asks for.
+    public let passFile: URL
 
-    /// `postgresql://postgres@127.0.0.1:PORT/database`.
+    /// `postgresql://postgres@127.0.0.1:PORT/database?passfile=…`.
     public func connectionString(database: String) -> String {
-        "postgresql://\(EmbeddedPostgres.superuser)@127.0.0.1:\(port)/\(database)"
+        let passfile = passFile.path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? passFile.path
+        return "postgresql://\(EmbeddedPostgres.superuser)@127.0.0.1:\(port)/\(database)?passfile=\(passfile)"
     }
 
     /// Finds `pgbouncer`: `BB_PGBOUNCER`, `/usr/sbin/pgbouncer`, then `PATH`.
@@ -52,15 +56,16 @@ public struct PgBouncer: Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         try ProcessRunner.handOver(directory.path)
         let port = try EmbeddedPostgres.freePort()
+        let password = try cluster.superuserPassword()
         let configuration = """
             [databases]
-            * = host=\(cluster.directory.path) port=\(clusterPort) user=\(EmbeddedPostgres.superuser)
+            * = host=\(cluster.directory.path) port=\(clusterPort) user=\(EmbeddedPostgres.superuser) password=\(password)
 
             [pgbouncer]
             listen_addr = 127.0.0.1
             listen_port = \(port)
             unix_socket_dir =
-            auth_type = trust
+            auth_type = scram-sha-256
             auth_file = \(directory.path)/userlist.txt
             pool_mode = \(mode.rawValue)
             default_pool_size = \(poolSize)
@@ -71,8 +76,12 @@ public struct PgBouncer: Sendable {
             """
         let configFile = directory.appendingPathComponent("pgbouncer.ini")
         try Data(configuration.utf8).write(to: configFile)
-        try Data("\"\(EmbeddedPostgres.superuser)\" \"\"\n".utf8).write(to: directory.appendingPathComponent("userlist.txt"))
-        for file in ["pgbouncer.ini", "userlist.txt"] { try ProcessRunner.handOver(directory.appendingPathComponent(file).path) }
+        try Data("\"\(EmbeddedPostgres.superuser)\" \"\(password)\"\n".utf8).write(to: directory.appendingPathComponent("userlist.txt"))
+        chmod(directory.path, 0o700)
+        for file in ["pgbouncer.ini", "userlist.txt"] {
+            try ProcessRunner.handOver(directory.appendingPathComponent(file).path)
+            chmod(directory.appendingPathComponent(file).path, 0o600)
+        }
 
         // A detached shell runs pgbouncer (as the server account when root) and stops it when
         // this process ends; stop() ends it sooner.
@@ -83,7 +92,7 @@ public struct PgBouncer: Sendable {
             + "kill $child 2>/dev/null; pkill -f \(quote(configFile.path)) 2>/dev/null; rm -rf \(quote(directory.path))"
         _ = try ChildProcess.spawn(["/usr/bin/setsid", "/bin/sh", "-c", script], environment: ProcessInfo.processInfo.environment)
 
-        let bouncer = PgBouncer(directory: directory, port: port, mode: mode)
+        let bouncer = PgBouncer(directory: directory, port: port, mode: mode, passFile: cluster.passFile)
         for _ in 0..<100 {
             if bouncer.accepts() { return bouncer }
             usleep(50_000)

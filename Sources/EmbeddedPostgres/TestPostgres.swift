@@ -41,7 +41,7 @@ public actor TestPostgres {
         let directory = URL(fileURLWithPath: base).appendingPathComponent("bbtest-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         let cluster = EmbeddedPostgres(
             directory: directory,
-            options: .init(durable: false, maxConnections: 400, settings: ["shared_buffers": "256MB", "max_locks_per_transaction": "256"]))
+            options: .init(durable: false, maxConnections: 400, settings: ["shared_buffers": "256MB", "max_locks_per_transaction": "256"], tcp: true))
         try cluster.start()
         try startWatchdog(for: cluster)
         return cluster

@@ -2,6 +2,9 @@ import EmbeddedPostgres
 import Foundation
 import Postgres
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 @Suite struct EmbeddedPostgresTests {
     @Test func createStartStopRestartKeepsData() async throws {
@@ -37,6 +40,68 @@ import Testing
         #expect(try await again.fetchValue(String.self, "SELECT v FROM kept") == "still here")
         await again.close()
         try cluster.stop(immediate: true)
+    }
+
+    /// Only the server's account (and root) may reach the socket; every connection needs the
+    /// generated password; TCP is off unless asked for; an older cluster that trusted local
+    /// connections is locked down when it starts.
+    @Test func anotherLocalAccountCannotConnect() async throws {
+        let directory = URL(fileURLWithPath: "/tmp/bb-locked-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false))
+        try cluster.start()
+        defer { try? cluster.stop(immediate: true) }
+        let port = try cluster.port()
+
+        func mode(_ url: URL) throws -> Int {
+            ((try FileManager.default.attributesOfItem(atPath: url.path)[.posixPermissions]) as? NSNumber)?.intValue ?? -1
+        }
+        #expect(try mode(directory) == 0o700)
+        #expect(try mode(cluster.passFile) == 0o600)
+        #expect(try mode(directory.appendingPathComponent("superuser.password")) == 0o600)
+        let hba = try String(contentsOf: cluster.dataDirectory.appendingPathComponent("pg_hba.conf"), encoding: .utf8)
+        #expect(!hba.contains("trust") && hba.contains("scram-sha-256"))
+        let owner = (try FileManager.default.attributesOfItem(atPath: directory.path)[.ownerAccountName]) as? String
+        #expect(owner == (getuid() == 0 ? "postgres" : ProcessInfo.processInfo.userName))
+
+        // The good case: the URL names the passfile.
+        let connection = try await PostgresConnection.connect(try cluster.connectionString())
+        #expect(try await connection.fetchValue(String.self, "SELECT auth_method FROM pg_hba_file_rules WHERE type = 'local'") == "scram-sha-256")
+        await connection.close()
+        // Without the password: refused, by the server.
+        let withoutPassword = "host=\(directory.path) port=\(port) user=postgres dbname=postgres passfile=/nonexistent"
+        await #expect(throws: PostgresError.self) { _ = try await PostgresConnection.connect(withoutPassword, connectTimeout: 5) }
+        // No TCP unless asked for.
+        await #expect(throws: PostgresError.self) {
+            _ = try await PostgresConnection.connect("postgresql://postgres:\(try cluster.superuserPassword())@127.0.0.1:\(port)/postgres", connectTimeout: 5)
+        }
+        #expect(throws: EmbeddedPostgresError.self) { try cluster.tcpConnectionString() }
+
+        // Another account, even with the right password, cannot reach the socket.
+        if getuid() == 0 {
+            let other = Process()
+            other.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            let password = try cluster.superuserPassword()
+            other.arguments = ["-u", "nobody", "--", "/usr/bin/env", "PGPASSWORD=\(password)", "PGCONNECT_TIMEOUT=5",
+                               "psql", "-X", "-w", "host=\(directory.path) port=\(port) user=postgres dbname=postgres", "-c", "SELECT 1"]
+            let errors = Pipe()
+            other.standardError = errors
+            other.standardOutput = FileHandle.nullDevice
+            try other.run()
+            other.waitUntilExit()
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(other.terminationStatus != 0)
+            #expect(message.contains("Permission denied"), "\(message)")
+        }
+
+        // A cluster made by an older version (trust, an open folder) is locked down on start.
+        try cluster.stop()
+        try "local all all trust\nhost all all 127.0.0.1/32 trust\n".write(to: cluster.dataDirectory.appendingPathComponent("pg_hba.conf"), atomically: false, encoding: .utf8)
+        chmod(directory.path, 0o755)
+        try cluster.start()
+        #expect(try mode(directory) == 0o700)
+        #expect(!(try String(contentsOf: cluster.dataDirectory.appendingPathComponent("pg_hba.conf"), encoding: .utf8)).contains("trust"))
+        await #expect(throws: PostgresError.self) { _ = try await PostgresConnection.connect(withoutPassword, connectTimeout: 5) }
     }
 
     @Test func aTooLongFolderIsRefusedWithAFix() throws {

@@ -70,3 +70,15 @@ func emptyDatabase() async throws -> (TestDatabase, PostgresConnection) {
     let database = try await TestPostgres.shared.makeDatabase()
     return (database, try await database.connect())
 }
+
+/// Creates a login role `prefix_<random>` with `attributes` and a random password (the
+/// embedded server asks every connection for one); returns its name and `database`'s URL as
+/// that role. The server quotes the name and password itself (`format` with %I and %L).
+func loginRole(_ prefix: String, _ attributes: String, on connection: PostgresConnection, database: TestDatabase) async throws -> (name: String, url: String) {
+    let name = "\(prefix)_\(UInt32.random(in: 0...UInt32.max))"
+    let password = "pw\(UInt64.random(in: 0...UInt64.max))"
+    let statement = try #require(try await connection.fetchValue(String.self, "SELECT format('CREATE ROLE %I LOGIN PASSWORD %L ', \(name)::text, \(password)::text) || \(attributes)::text"))
+    try await connection.executeUnsafeRawSQL(statement)
+    let url = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://\(name):\(password)@")
+    return (name, url)
+}

@@ -23,11 +23,9 @@ import Testing
 
     @Test func aSchemaOwnerWithoutCreateOnTheDatabaseNeedsItsBookkeepingSchemaMadeForIt() async throws {
         let (database, connection) = try await emptyDatabase()
-        let owner = "bb_schema_owner_\(UInt32.random(in: 0...UInt32.max))"
-        try await connection.execute("CREATE ROLE \(identifier: owner) LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        let (owner, asOwner) = try await loginRole("bb_schema_owner", "NOSUPERUSER NOCREATEDB NOCREATEROLE", on: connection, database: database)
         try await connection.execute("ALTER SCHEMA public OWNER TO \(identifier: owner)")
         try await connection.execute("REVOKE CREATE ON DATABASE \(identifier: database.name) FROM PUBLIC")
-        let asOwner = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://\(owner)@")
         let refused = try await bbmigrate("up", "--url", asOwner, "--dir", repositoryMigrations.path)
         #expect(refused.status == 2, "\(refused.stderr)")
         #expect(refused.stderr.contains("What to do: have an administrator run: CREATE SCHEMA bbmigrate AUTHORIZATION \(owner);"))
@@ -41,10 +39,8 @@ import Testing
 
     @Test func aSchemaOwnerWithoutSuperuserOrCreateDBMigratesAndOwnsEverything() async throws {
         let (database, connection) = try await emptyDatabase()
-        let owner = "bb_owner_\(UInt32.random(in: 0...UInt32.max))"
-        try await connection.execute("CREATE ROLE \(identifier: owner) LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        let (owner, asOwner) = try await loginRole("bb_owner", "NOSUPERUSER NOCREATEDB NOCREATEROLE", on: connection, database: database)
         try await connection.execute("ALTER DATABASE \(identifier: database.name) OWNER TO \(identifier: owner)")
-        let asOwner = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://\(owner)@")
         let up = try await bbmigrate("up", "--url", asOwner, "--dir", repositoryMigrations.path)
         #expect(up.status == 0, "\(up.stderr)")
         #expect(try await connection.fetchValue(Int.self, "SELECT count(*) FROM bbmigrate.schema_migrations WHERE applied_by = \(owner)") == repositoryMigrationCount)

@@ -176,17 +176,15 @@ import Glibc
 
     @Test func withoutCreateDBTheRestIsCheckedAndTheSchemaPartSaysWhy() async throws {
         let (database, connection) = try await emptyDatabase()
-        let role = "bb_nocreatedb_\(UInt32.random(in: 0...UInt32.max))"
         // The group roles are cluster-wide and this role may not create them: as in
         // production, an administrator has (else the live database lacks the grants the
         // scratch one gets, which verify rightly reports as drift).
         for group in ["babybasics_app", "babybasics_readonly"] {
             _ = try? await connection.execute("CREATE ROLE \(identifier: group) NOLOGIN")
         }
-        try await connection.execute("CREATE ROLE \(identifier: role) LOGIN NOSUPERUSER NOCREATEDB")
+        let (role, asRole) = try await loginRole("bb_nocreatedb", "NOSUPERUSER NOCREATEDB", on: connection, database: database)
         try await connection.execute("ALTER DATABASE \(identifier: database.name) OWNER TO \(identifier: role)")
         try await connection.execute("ALTER SCHEMA public OWNER TO \(identifier: role)")
-        let asRole = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://\(role)@")
         #expect(try await bbmigrate("up", "--url", asRole, "--dir", repositoryMigrations.path).status == 0)
         let verify = try await bbmigrate("verify", "--url", asRole, "--dir", repositoryMigrations.path)
         #expect(verify.status == 7, "\(verify.stdout)\(verify.stderr)")

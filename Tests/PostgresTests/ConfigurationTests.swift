@@ -14,7 +14,7 @@ import Glibc
         let database = try await TestPostgres.shared.makeDatabase()
         let port = try database.cluster.port()
         let host = database.cluster.directory.path
-        let viaConninfo = try await PostgresConnection.connect("host=\(host) port=\(port) user=postgres dbname=\(database.name)")
+        let viaConninfo = try await PostgresConnection.connect("host=\(host) port=\(port) user=postgres dbname=\(database.name) passfile=\(database.cluster.passFile.path)")
         #expect(try await viaConninfo.value(String.self, "SELECT current_database()") == database.name)
         let tcp = try database.cluster.tcpConnectionString(database: database.name)
         let viaURL = try await PostgresConnection.connect(tcp + "?sslmode=disable&application_name=bb-test")
