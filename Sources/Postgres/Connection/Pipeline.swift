@@ -32,15 +32,16 @@ extension PostgresConnection {
         steps.reserveCapacity(rendered.count)
         // The batch's own statements must survive until it is sent: no eviction among them.
         let floor = useCounter + 1
+        let deadline = Deadline(timeout ?? configuration.queryTimeout)
         for statement in rendered {
-            let prepared = try await preparedStatement(for: statement, keepingFrom: floor)
+            let prepared = try await preparedStatement(for: statement, keepingFrom: floor, timeout: deadline.remaining)
             steps.append(prepared.isUnnamed
                 ? .executeUnnamed(statement: statement, resultFormat: prepared.resultFormat)
                 : .execute(name: prepared.name, statement: statement, resultFormat: prepared.resultFormat))
             if prepared.touchesSession { core.mirror.sessionDirty.store(true, ordering: .releasing) }
         }
         do {
-            let results = try await perform(.extended(steps), text: "pipeline of \(rendered.count) statements", timeout: timeout)
+            let results = try await perform(.extended(steps), text: "pipeline of \(rendered.count) statements", timeout: deadline.remaining)
             return results.map { PostgresRows(storage: $0) }
         } catch var error as PostgresError {
             if Self.isStalePlan(error) {

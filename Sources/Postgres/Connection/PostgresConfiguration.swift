@@ -121,6 +121,19 @@ public struct PostgresConfiguration: Sendable {
         return (keywords, values)
     }
 
+    /// What this configuration gives libpq for `keyword`: the value this library adds (a
+    /// default connect timeout, keepalives, the client encoding…) or else the connection
+    /// string's; nil if neither sets it (libpq's own default or PG* variables then apply).
+    ///
+    /// ```swift
+    /// PostgresConfiguration("postgresql://db/x").connectionParameterValue("connect_timeout")   // "10"
+    /// ```
+    public func connectionParameterValue(_ keyword: String) -> String? {
+        let (keywords, values) = connectionParameters()
+        if let index = keywords.lastIndex(of: keyword), keyword != "dbname" { return values[index] }
+        return conninfoValue(keyword)
+    }
+
     /// `host db.example.com port 5432 database babybasics`, for messages (never the password).
     var redactedTarget: String {
         let environment = ProcessInfo.processInfo.environment

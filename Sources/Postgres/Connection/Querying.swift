@@ -72,15 +72,18 @@ extension PostgresConnection {
     /// Runs a rendered statement: prepared and cached (or unnamed with the cache off), retried
     /// once when the server dropped or invalidated the plan outside a transaction.
     func run(_ rendered: RenderedSQL, timeout: Duration?) async throws -> PostgresRows {
-        let statement = try await preparedStatement(for: rendered)
+        // One deadline for the whole call: preparing counts against it.
+        let deadline = Deadline(timeout ?? configuration.queryTimeout)
+        let statement = try await preparedStatement(for: rendered, timeout: deadline.remaining)
         let idleBefore = core.transactionStatus == PQTRANS_IDLE
         do {
-            return try await execute(statement, rendered, timeout: timeout)
+            return try await execute(statement, rendered, timeout: deadline.remaining)
         } catch let error as PostgresError where Self.isStalePlan(error) && !statement.isUnnamed {
             // DEALLOCATE, DISCARD, ALTER TABLE: the plan is gone or no longer fits.
             forgetStatement(rendered.cacheKey, stillExists: error.sqlState != "26000")
             guard idleBefore else { throw error } // the transaction is aborted: let the caller retry it
-            return try await execute(try await preparedStatement(for: rendered), rendered, timeout: timeout)
+            let again = try await preparedStatement(for: rendered, timeout: deadline.remaining)
+            return try await execute(again, rendered, timeout: deadline.remaining)
         }
     }
 
@@ -124,5 +127,18 @@ extension SessionSettings {
     static func mayChangeSession(_ text: String) -> Bool {
         let lower = text.lowercased()
         return ["advisory", "set_config", "dblink", "listen", "temp", "set role", "set session"].contains { lower.contains($0) }
+    }
+}
+
+/// A call's deadline, shared by the round trips it makes (prepare, then execute).
+struct Deadline {
+    private let end: ContinuousClock.Instant?
+
+    init(_ limit: Duration?) { end = limit.map { .now + $0 } }
+
+    /// What is left of it (at least a millisecond, so an expired deadline still expires at
+    /// once rather than meaning "none"); nil when there is no deadline.
+    var remaining: Duration? {
+        end.map { max(.milliseconds(1), ContinuousClock.now.duration(to: $0)) }
     }
 }

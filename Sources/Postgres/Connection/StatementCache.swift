@@ -20,8 +20,9 @@ extension PostgresConnection {
     /// between two server connections, and results come back as text, which every decoder reads.
     ///
     /// `keepingFrom`: entries used at or after this `useCounter` value are never evicted (a
-    /// pipeline's own statements, until it is sent).
-    func preparedStatement(for rendered: RenderedSQL, keepingFrom floor: Int = 0) async throws -> PreparedStatement {
+    /// pipeline's own statements, until it is sent). `timeout`: the caller's deadline, which
+    /// preparing counts against (nil: the configured `queryTimeout`).
+    func preparedStatement(for rendered: RenderedSQL, keepingFrom floor: Int = 0, timeout: Duration? = nil) async throws -> PreparedStatement {
         useCounter += 1
         let capacity = configuration.statementCacheCapacity
         guard capacity > 0 else {
@@ -39,7 +40,7 @@ extension PostgresConnection {
         let name = "bb_\(statementCounter)"
         let results = try await perform(
             .extended([.prepare(name: name, text: rendered.text, types: rendered.types), .describe(name: name)]),
-            text: rendered.text, timeout: nil)
+            text: rendered.text, timeout: timeout)
         let columns = results.last?.columns ?? []
         let binary = columns.allSatisfy { PostgresType.binaryDecodable.contains($0.type) }
         let statement = PreparedStatement(

@@ -95,6 +95,8 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
 
     /// How long a cancelled statement may take to answer before the connection is given up.
     static let cancelGrace: Duration = .seconds(5)
+    /// How long the caller of a cancelled statement waits for the server to confirm it.
+    static let cancelAnswerWait: Duration = .seconds(1)
 
     init(loop: EventLoop, secrets: [String]) {
         self.loop = loop
@@ -599,6 +601,12 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             cancelObject.send { [loop] in
                 loop.execute { [self] in cancelReturned(id) }
             }
+            // The server's answer says what became of the statement; a caller whose server
+            // does not answer (a silent network) is not kept waiting for it.
+            loop.schedule(at: .now + Self.cancelAnswerWait) { [self] in
+                guard inflight.contains(where: { $0.id == id }) else { return }
+                request.finish(.failure(interruptionError(reason, sent: true, query: request.text, unconfirmed: true)))
+            }
         } else {
             request.finish(.failure(interruptionError(reason, sent: true, query: request.text)))
         }
@@ -618,16 +626,19 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
         }
     }
 
-    private func interruptionError(_ reason: Request.Interruption, sent: Bool, query: String) -> PostgresError {
+    private func interruptionError(_ reason: Request.Interruption, sent: Bool, query: String, unconfirmed: Bool = false) -> PostgresError {
         var error: PostgresError
+        let fate = unconfirmed
+            ? "a cancel was sent but the server has not answered within \(Self.cancelAnswerWait) (a busy server or a silent network); the connection is closed if it stays silent"
+            : "it was left to finish on a connection shared with other callers, and its result is discarded"
         switch reason {
         case .cancelled:
             error = PostgresError(kind: .queryCanceled, message: sent
-                ? "the task was cancelled; the statement was still running on a connection shared with other callers, so it was left to finish and its result is discarded"
+                ? "the task was cancelled while the statement ran; " + fate
                 : "the task was cancelled before the statement was sent", sqlState: "57014")
         case .deadline(let limit):
             error = PostgresError(kind: .timeout, message: sent
-                ? "the statement ran longer than its deadline (\(limit)); it was left to finish on a connection shared with other callers, and its result is discarded"
+                ? "the statement ran longer than its deadline (\(limit)); " + fate
                 : "the statement waited longer than its deadline (\(limit)) and was never sent")
         }
         error.query = query

@@ -391,15 +391,24 @@ public final class PostgresPool: Sendable {
             }
         }
         // Idle and clean: no round trip, no hop (the mirror is read without the actor).
-        var usable = !connection.isBroken
+        let usable = !connection.isBroken
         let mirror = connection.core.mirror
         let clean = mirror.isIdle && !mirror.streaming.load(ordering: .acquiring)
             && (options.reset == .never || !mirror.sessionDirty.load(ordering: .acquiring))
             && options.reset != .always && options.resetHook == nil
-        if usable && !clean {
-            usable = await connection.prepareForReuse(options.reset, hook: options.resetHook)
-        }
         guard usable else { return await discard(connection, shared: false) }
+        guard clean else {
+            // The caller goes on at once; the connection stays counted as lent until its
+            // reset is done (a statement still draining after a deadline may take a while).
+            Task { [self] in
+                if await connection.prepareForReuse(options.reset, hook: options.resetHook) {
+                    handBack(connection)
+                } else {
+                    await discard(connection, shared: false)
+                }
+            }
+            return
+        }
         handBack(connection)
     }
 
@@ -549,9 +558,13 @@ public final class PostgresPool: Sendable {
 }
 
 extension PostgresConnection {
+    /// A reset that takes longer than this closes the connection instead.
+    static let resetDeadline: Duration = .seconds(10)
+
     /// Gets a returned connection ready for the next borrower, ignoring task cancellation:
     /// ends an open stream (a later read throws), rolls back a transaction left open, resets
     /// session state as `reset` says, runs `hook`. `false` if the connection is unusable.
+
     func prepareForReuse(_ reset: SessionReset, hook: (@Sendable (isolated PostgresConnection) async throws -> Void)?) async -> Bool {
         guard !isBroken else { return false }
         await closeStream(reason: "its connection went back to the pool")
@@ -562,7 +575,7 @@ extension PostgresConnection {
             let dirty = core.mirror.sessionDirty.load(ordering: .acquiring)
             switch reset {
             case .always:
-                _ = try await perform(.simple("DISCARD ALL; " + SessionSettings.pinSQL), text: "DISCARD ALL", timeout: nil, ignoringCancellation: true)
+                _ = try await perform(.simple("DISCARD ALL; " + SessionSettings.pinSQL), text: "DISCARD ALL", timeout: Self.resetDeadline, ignoringCancellation: true)
                 statements.removeAll()
                 pendingDeallocations.removeAll()
                 userPrepared = false
@@ -570,7 +583,7 @@ extension PostgresConnection {
                 let deallocate = userPrepared ? "DEALLOCATE ALL; " : ""
                 let script = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP; "
                     + deallocate + SessionSettings.pinSQL
-                _ = try await perform(.simple(script), text: "session reset", timeout: nil, ignoringCancellation: true)
+                _ = try await perform(.simple(script), text: "session reset", timeout: Self.resetDeadline, ignoringCancellation: true)
                 if userPrepared {
                     statements.removeAll()
                     pendingDeallocations.removeAll()

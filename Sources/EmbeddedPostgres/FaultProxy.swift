@@ -1,0 +1,203 @@
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TCP proxy in front of an embedded cluster that a test can make misbehave, for what a
+/// real network does to a client: a silent peer (a dropped path, a frozen server), answers
+/// that never come back, a connection cut mid-request.
+///
+/// It listens on 127.0.0.1 and forwards each connection to the cluster's Unix socket. Each
+/// connection has two threads, which look at the proxy's `mode` between reads (every 20 ms).
+///
+/// ```swift
+/// let proxy = try FaultProxy.start(in: cluster)
+/// let connection = try await PostgresConnection.connect(proxy.connectionString(database: name))
+/// proxy.mode = .silent           // nothing moves either way; sockets stay open
+/// proxy.cutAll()                 // every connection closes now
+/// proxy.stop()
+/// ```
+public final class FaultProxy: Sendable {
+    /// What happens to the bytes.
+    public enum Mode: Int, Sendable {
+        /// Both ways, as they come.
+        case forward
+        /// Nothing is forwarded either way and nothing is closed: the peer has gone quiet.
+        /// New connections are accepted by the kernel and then hear nothing.
+        case silent
+        /// The client's bytes reach the server; the server's answers are dropped.
+        case dropAnswers
+    }
+
+    public let port: Int
+    private let upstream: String
+    private let passFile: URL
+    private let listener: Int32
+    private let state = Mutex(State())
+
+    private struct State {
+        var mode = Mode.forward
+        var sockets: Set<Int32> = []
+        var stopped = false
+        var generation = 0
+    }
+
+    /// What the proxy does now (takes effect within 20 ms).
+    public var mode: Mode {
+        get { state.withLock { $0.mode } }
+        set { state.withLock { $0.mode = newValue } }
+    }
+
+    /// `postgresql://postgres@127.0.0.1:PORT/database?passfile=…` (the cluster's password).
+    public func connectionString(database: String, options: String = "") -> String {
+        let passfile = passFile.path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? passFile.path
+        return "postgresql://\(EmbeddedPostgres.superuser)@127.0.0.1:\(port)/\(database)?passfile=\(passfile)" + (options.isEmpty ? "" : "&" + options)
+    }
+
+    /// Starts a proxy to `cluster` (running) on a free port.
+    public static func start(in cluster: EmbeddedPostgres) throws -> FaultProxy {
+        let socketPath = cluster.directory.appendingPathComponent(".s.PGSQL.\(try cluster.port())").path
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard listener >= 0 else { throw EmbeddedPostgresError("the proxy could not open a socket") }
+        var yes: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let named = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        guard bound == 0, named == 0, listen(listener, 64) == 0 else {
+            close(listener)
+            throw EmbeddedPostgresError("the proxy could not listen on 127.0.0.1")
+        }
+        let proxy = FaultProxy(port: Int(UInt16(bigEndian: address.sin_port)), upstream: socketPath, passFile: cluster.passFile, listener: listener)
+        Thread.detachNewThread {
+            nameThread()
+            proxy.acceptLoop()
+        }
+        return proxy
+    }
+
+    private init(port: Int, upstream: String, passFile: URL, listener: Int32) {
+        self.port = port
+        self.upstream = upstream
+        self.passFile = passFile
+        self.listener = listener
+    }
+
+    /// Closes every proxied connection now (the client sees the connection drop).
+    public func cutAll() {
+        let sockets = state.withLock { state -> Set<Int32> in
+            state.generation += 1
+            let sockets = state.sockets
+            state.sockets.removeAll()
+            return sockets
+        }
+        // shutdown, not close: the pump threads still hold the descriptors and close them.
+        for fd in sockets { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    /// Stops listening and closes every connection.
+    public func stop() {
+        state.withLock { $0.stopped = true }
+        shutdown(listener, Int32(SHUT_RDWR))
+        cutAll()
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            if state.withLock({ $0.stopped }) {
+                close(client)
+                break
+            }
+            let server = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            let capacity = MemoryLayout.size(ofValue: address.sun_path)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                let bytes = Array(upstream.utf8.prefix(capacity - 1)) + [0]
+                raw.copyBytes(from: bytes)
+            }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard server >= 0, connected == 0 else {
+                close(client)
+                if server >= 0 { close(server) }
+                continue
+            }
+            state.withLock { $0.sockets.formUnion([client, server]) }
+            let pair = Pair()
+            Thread.detachNewThread {
+                nameThread()
+                self.pump(from: client, to: server, answers: false, pair: pair)
+            }
+            Thread.detachNewThread {
+                nameThread()
+                self.pump(from: server, to: client, answers: true, pair: pair)
+            }
+        }
+        close(listener)
+    }
+
+    /// Closes both descriptors once both directions have stopped.
+    private final class Pair: Sendable {
+        let finished = Atomic<Int>(0)
+    }
+
+    private func pump(from source: Int32, to destination: Int32, answers: Bool, pair: Pair) {
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        loop: while true {
+            let (current, open) = state.withLock { ($0.mode, $0.sockets.contains(source)) }
+            if !open { break } // cut or stopped, even while silent
+            if current == .silent {
+                usleep(20_000) // leave the bytes where they are
+                continue
+            }
+            var poller = pollfd(fd: source, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&poller, 1, 20)
+            if ready < 0 && errno == EINTR { continue }
+            if ready <= 0 { continue }
+            let mode = state.withLock { $0.mode }
+            if mode == .silent { continue }
+            let count = buffer.withUnsafeMutableBytes { recv(source, $0.baseAddress, $0.count, 0) }
+            if count <= 0 { break }
+            if answers && mode == .dropAnswers { continue }
+            var offset = 0
+            while offset < count {
+                let written = buffer.withUnsafeBytes { raw -> Int in
+                    guard let base = raw.baseAddress else { return -1 }
+                    return send(destination, base + offset, count - offset, Int32(MSG_NOSIGNAL))
+                }
+                if written <= 0 { break loop }
+                offset += written
+            }
+        }
+        shutdown(destination, Int32(SHUT_RDWR))
+        shutdown(source, Int32(SHUT_RDWR))
+        if pair.finished.add(1, ordering: .acquiringAndReleasing).newValue == 2 {
+            state.withLock { $0.sockets.subtract([source, destination]) }
+            close(source)
+            close(destination)
+        }
+    }
+}
+
+/// The name of the proxy's threads, for a test that counts threads (`/proc/self/task/*/comm`).
+public let faultProxyThreadName = "bb-faultproxy"
+
+private func nameThread() {
+    Thread.current.name = faultProxyThreadName // Foundation names the system thread too
+}
