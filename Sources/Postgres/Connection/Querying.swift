@@ -128,6 +128,15 @@ extension SessionSettings {
         let lower = text.lowercased()
         return ["advisory", "set_config", "dblink", "listen", "temp", "set role", "set session"].contains { lower.contains($0) }
     }
+
+    /// Whether a statement must not share its connection with other callers' statements: it
+    /// may change session state (a `SET`, `LISTEN`, a temp table, an advisory lock…), which
+    /// the others would then run under until the connection is reset.
+    static func needsOwnSession(_ text: String) -> Bool {
+        let first = text.drop { $0.isWhitespace || $0 == "(" }.prefix { $0.isLetter }.lowercased()
+        return ["set", "reset", "listen", "unlisten", "declare", "prepare", "discard", "load", "create"].contains(first)
+            || mayChangeSession(text)
+    }
 }
 
 /// A call's deadline, shared by the round trips it makes (prepare, then execute).

@@ -179,15 +179,18 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// One autocommit statement, on a connection it may share with other such statements.
+    /// One autocommit statement, on a connection it may share with other such statements;
+    /// a statement that may change session state (`SET`, `LISTEN`, a temp table, an advisory
+    /// lock) gets a connection of its own, which is reset before anyone else uses it.
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
-        let connection = try await acquire(shared: true)
+        let shared = !SessionSettings.needsOwnSession(sql.description)
+        let connection = try await acquire(shared: shared)
         do {
             let rows = try await connection.query(sql, timeout: timeout)
-            await release(connection, shared: true)
+            await release(connection, shared: shared)
             return rows
         } catch {
-            await release(connection, shared: true)
+            await release(connection, shared: shared)
             throw error
         }
     }
@@ -575,7 +578,10 @@ extension PostgresConnection {
             let dirty = core.mirror.sessionDirty.load(ordering: .acquiring)
             switch reset {
             case .always:
-                _ = try await perform(.simple("DISCARD ALL; " + SessionSettings.pinSQL), text: "DISCARD ALL", timeout: Self.resetDeadline, ignoringCancellation: true)
+                // Alone: in a multi-statement string it would run in an implicit transaction
+                // block, where DISCARD ALL is refused.
+                _ = try await perform(.simple("DISCARD ALL"), text: "DISCARD ALL", timeout: Self.resetDeadline, ignoringCancellation: true)
+                _ = try await perform(.simple(SessionSettings.pinSQL), text: "session settings", timeout: Self.resetDeadline, ignoringCancellation: true)
                 statements.removeAll()
                 pendingDeallocations.removeAll()
                 userPrepared = false
