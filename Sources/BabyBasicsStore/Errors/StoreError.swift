@@ -49,6 +49,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case feedingAlreadyActive(existing: Event)
     /// There is no running sleep to end.
     case noActiveSleep
+    /// The connection to the database was lost after the change was sent and before its
+    /// answer came: it may or may not have been saved. Read it back before trying again (a
+    /// client retrying with the same event id is safe: logging is idempotent by id).
+    case outcomeUnknown(reason: String)
 
     public var description: String {
         switch self {
@@ -67,6 +71,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .sleepAlreadyActive(let existing): "a sleep is already running since \(existing.start.localDescription); end it first"
         case .feedingAlreadyActive(let existing): "a bottle feeding is already in progress since \(existing.start.localDescription); finish it first"
         case .noActiveSleep: "no sleep is running"
+        case .outcomeUnknown(let reason): "the database connection was lost before it confirmed the change, which may or may not have been saved; read it back before trying again (\(reason))"
         }
     }
 
@@ -98,11 +103,50 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// Runs `body`, translating database errors into `StoreError` where they have a domain meaning.
-func mappingErrors<T>(isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+/// How often a store call runs again after an error that guarantees nothing was applied.
+enum StoreRetry {
+    /// Attempts in all, the first included.
+    static let attempts = 3
+    /// The wait before attempt `n` (2, 3…): short, growing, with jitter so that callers that
+    /// collided (a deadlock, a serialization failure) do not collide again.
+    static func backoff(before attempt: Int) -> Duration {
+        .milliseconds(Int.random(in: 10...40) * (attempt - 1))
+    }
+}
+
+/// Runs `body`, translating database errors into `StoreError` where they have a domain
+/// meaning, after `retryingSafeErrors` has run it again where that is safe.
+func mappingErrors<T>(retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
     do {
-        return try await body()
+        return try await retryingSafeErrors(retrying: retrying, body)
     } catch let error as PostgresError {
         throw StoreError.map(error)
+    }
+}
+
+/// Runs `body`, again after an error that guarantees nothing was applied.
+///
+/// Each store call is one statement or one transaction, so an error whose `retry` is `.safe`
+/// (a serialization failure, a deadlock, a lock timeout, a connection lost before anything
+/// was applied) runs it again, up to `StoreRetry.attempts` in all, unless the task was
+/// cancelled. `.outcomeUnknown` is never retried: it becomes `StoreError.outcomeUnknown`.
+/// Other errors come back unchanged. `retrying: false` for calls whose body has effects
+/// outside the database (an export writing to its consumer).
+func retryingSafeErrors<T>(retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+    var attempt = 1
+    while true {
+        do {
+            return try await body()
+        } catch let error as PostgresError {
+            switch error.retry {
+            case .safe where retrying && attempt < StoreRetry.attempts && !Task.isCancelled:
+                attempt += 1
+                try await Task.sleep(for: StoreRetry.backoff(before: attempt))
+            case .outcomeUnknown:
+                throw StoreError.outcomeUnknown(reason: error.message)
+            default:
+                throw error
+            }
+        }
     }
 }

@@ -69,7 +69,7 @@ public struct EventRepository: Sendable {
     /// `childOf(eventID)`): the winner is always looked up in that child, never elsewhere.
     func eventErrors<T>(child: SQL, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
-            return try await body()
+            return try await retryingSafeErrors(body)
         } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
             let sleep = error.constraint == "events_one_active_sleep"
             // The refusal was the index's; this read only fetches the winner for the message.

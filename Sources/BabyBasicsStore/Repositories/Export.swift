@@ -98,7 +98,8 @@ extension EventRepository {
         start: @escaping @Sendable () async throws -> Void = {},
         _ body: @escaping @Sendable (PostgresRows) async throws -> Void
     ) async throws {
-        try await mappingErrors {
+        // Not retried: rows already handed to `body` cannot be taken back.
+        try await mappingErrors(retrying: false) {
             try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
                 if let member {
                     guard try await connection.query(Authorization.membership(of: member.child, for: member.user)).first != nil else {

@@ -55,9 +55,11 @@ public struct UserRepository: Sendable {
     /// For the sign-in flow, before there is an acting user: the id and password hash for an
     /// email (ignoring case), or `nil`.
     public func credentials(email: String) async throws -> UserCredentials? {
-        try await pool.query("""
-            SELECT id, password_hash, apple_user_id FROM users WHERE lower(email) = lower(\(email))
-            """).first?.decode(as: UserCredentials.self)
+        try await mappingErrors {
+            try await pool.query("""
+                SELECT id, password_hash, apple_user_id FROM users WHERE lower(email) = lower(\(email))
+                """).first?.decode(as: UserCredentials.self)
+        }
     }
 
     /// Renames the acting user.
@@ -77,7 +79,8 @@ public struct UserRepository: Sendable {
     /// becomes primary. Events they logged stay with the child, unattributed.
     public func deleteAccount(as actingUser: UUID) async throws {
         do {
-            guard try await pool.query("SELECT delete_user_account(\(actingUser))").first?.decode(Bool.self, at: 0) == true else {
+            let deleted = try await retryingSafeErrors { try await pool.query("SELECT delete_user_account(\(actingUser))") }
+            guard try deleted.first?.decode(Bool.self, at: 0) == true else {
                 throw StoreError.notFound
             }
         } catch let error as PostgresError where error.constraint == "users_sole_caregiver_of_child" {

@@ -663,7 +663,8 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             var error = PostgresError(kind: .connectionFailure, message: message)
             error.query = request.text
             let insideTransaction = request.transactionStatusAtSend == PQTRANS_INTRANS || request.transactionStatusAtSend == PQTRANS_INERROR
-            error.lostConnectionOutcome = (insideTransaction && !request.isCommit) || request.undelivered ? .safe : .outcomeUnknown
+            error.lostConnectionOutcome = (insideTransaction && !request.isCommit) || request.undelivered || request.changesNothing
+                ? .safe : .outcomeUnknown
             // The server said why it ended the session before answering: an administrator's
             // termination or a shutdown aborts the transaction, so nothing of it was applied.
             if let reason = request.error, let state = reason.sqlState, ["57P01", "57P02", "57P03"].contains(state) {

@@ -15,6 +15,18 @@ final class Request {
         case deallocate(name: String)
     }
 
+    /// Whether the request only prepares or describes (or deallocates our own statement): it
+    /// cannot have changed data, whatever became of it.
+    var changesNothing: Bool {
+        guard case .extended(let steps) = kind else { return false }
+        return steps.allSatisfy { step in
+            switch step {
+            case .prepare, .describe, .deallocate: true
+            case .execute, .executeUnnamed: false
+            }
+        }
+    }
+
     enum Kind {
         /// Pipeline mode: the steps, then one sync point (its own, so a failure touches only
         /// this request).
