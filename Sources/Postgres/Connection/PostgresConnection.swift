@@ -54,7 +54,11 @@ public actor PostgresConnection {
     private init(configuration: PostgresConfiguration, loop: EventLoop) {
         id = Self.connectionCounter.add(1, ordering: .relaxed).newValue
         self.loop = loop
-        self.configuration = configuration
+        // The notice handler lives in the core only, which lets it go on close: what it
+        // captured does not outlive the connection's use.
+        var kept = configuration
+        kept.noticeHandler = nil
+        self.configuration = kept
         core = ConnectionCore(loop: loop, secrets: configuration.secrets)
         if let handler = configuration.noticeHandler { core.noticeBox = NoticeBox(handler: handler) }
     }

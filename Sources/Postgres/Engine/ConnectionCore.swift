@@ -706,6 +706,9 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
         cancelObject = nil
         if let conn { PQfinish(conn) }
         conn = nil
+        // libpq no longer calls the notice receiver: what the handler captured is let go
+        // now, not when the last reference to this connection goes.
+        noticeBox = nil
     }
 
     private func closedError() -> PostgresError {

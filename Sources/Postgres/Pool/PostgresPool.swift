@@ -400,6 +400,11 @@ public final class PostgresPool: Sendable {
             && (options.reset == .never || !mirror.sessionDirty.load(ordering: .acquiring))
             && options.reset != .always && options.resetHook == nil
         guard usable else { return await discard(connection, shared: false) }
+        if mirror.streaming.load(ordering: .acquiring) {
+            // A stream carried out of its lease: cut off now, so that a later read throws
+            // rather than racing the reset below (and maybe ending as if it were complete).
+            await connection.closeStream(reason: "its connection went back to the pool")
+        }
         guard clean else {
             // The caller goes on at once; the connection stays counted as lent until its
             // reset is done (a statement still draining after a deadline may take a while).
