@@ -7,7 +7,7 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps build build-tests test fuzz up down psql clean bench
+.PHONY: help deps build build-tests test docs fuzz up down psql clean bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -19,6 +19,7 @@ help:
 	@echo "make down   stop the development database in .bbdata/"
 	@echo "make psql   open psql on the development database"
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
+	@echo "make docs   build the wrapper's DocC documentation into .build/docs/Postgres"
 
 # libpq-dev (headers + pkg-config file), pkg-config, the PostgreSQL server programs that the
 # embedded cluster and the tests run, psql (the differential test's oracle) and pgbouncer (the
@@ -50,10 +51,17 @@ build-tests: deps
 	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
-test: build-tests
+test: build-tests docs
 	$(SWIFT) test --skip-build --disable-xctest
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+
+# The wrapper's DocC catalog (Sources/Postgres/Postgres.docc), warnings as errors: a broken
+# symbol link fails the build. Open .build/docs/Postgres with `docc preview` or any web server.
+docs: deps
+	@mkdir -p .build/docs
+	@set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+		--target Postgres --warnings-as-errors --output-path .build/docs/Postgres 2>&1 | grep -v '^\[' 
 
 # The libFuzzer targets in Fuzz/ (a separate package, built with the address sanitizer).
 fuzz: deps
