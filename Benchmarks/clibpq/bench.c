@@ -3,6 +3,7 @@
  * programmer would (prepared statements, binary results, pipeline mode, COPY).
  *
  *   bench-clibpq roundtrip CONNINFO N
+ *   bench-clibpq roundtrip-params CONNINFO N   (no prepared statement: PQexecParams)
  *   bench-clibpq decode    CONNINFO
  *   bench-clibpq insert    CONNINFO N CHILD_UUID USER_UUID (sequential|pipeline|copy)
  *
@@ -58,6 +59,27 @@ static void roundtrip(PGconn *conn, long n) {
         uint32_t got;
         memcpy(&got, PQgetvalue(result, 0, 0), 4);
         if ((long)ntohl(got) != i) die(conn, "wrong value");
+        PQclear(result);
+        latencies[i] = now_seconds() - t0;
+    }
+    report(now_seconds() - start, n, latencies, n);
+    free(latencies);
+}
+
+/* The statement cache's off switch, in C: each statement one PQexecParams exchange (unnamed
+ * Parse/Bind/Describe/Execute/Sync), binary parameter, text result. */
+static void roundtrip_params(PGconn *conn, long n) {
+    double *latencies = malloc(sizeof(double) * (size_t)n);
+    double start = now_seconds();
+    for (long i = 0; i < n; i++) {
+        double t0 = now_seconds();
+        uint32_t value = htonl((uint32_t)i);
+        const char *values[1] = {(const char *)&value};
+        int lengths[1] = {4}, formats[1] = {1};
+        Oid types[1] = {23};
+        PGresult *result = PQexecParams(conn, "SELECT $1::int4", 1, types, values, lengths, formats, 0);
+        if (PQresultStatus(result) != PGRES_TUPLES_OK) die(conn, "roundtrip-params");
+        if (atol(PQgetvalue(result, 0, 0)) != i) die(conn, "wrong value");
         PQclear(result);
         latencies[i] = now_seconds() - t0;
     }
@@ -179,12 +201,13 @@ static void insert(PGconn *conn, long n, const char *child, const char *user, co
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: bench-clibpq roundtrip|decode|insert CONNINFO ...\n");
+        fprintf(stderr, "usage: bench-clibpq roundtrip|roundtrip-params|decode|insert CONNINFO ...\n");
         return 2;
     }
     PGconn *conn = PQconnectdb(argv[2]);
     if (PQstatus(conn) != CONNECTION_OK) die(conn, "connect");
     if (strcmp(argv[1], "roundtrip") == 0 && argc >= 4) roundtrip(conn, atol(argv[3]));
+    else if (strcmp(argv[1], "roundtrip-params") == 0 && argc >= 4) roundtrip_params(conn, atol(argv[3]));
     else if (strcmp(argv[1], "decode") == 0) decode(conn);
     else if (strcmp(argv[1], "insert") == 0 && argc >= 8) insert(conn, atol(argv[3]), argv[4], argv[5], argv[6], atol(argv[7]));
     else { fprintf(stderr, "bench-clibpq: bad arguments\n"); return 2; }

@@ -66,11 +66,25 @@ public final class ChildProcess: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 1, stdoutPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_addopen(&actions, 2, stderrPath, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
 
+        // The child starts with no signal blocked and every signal at its default: a thread of
+        // this process may block some (the runtime does), and a child that inherits a blocked
+        // SIGALRM or SIGTERM never ends (pgbench -T waits for SIGALRM).
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        var all = sigset_t()
+        sigfillset(&all)
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &all)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
         let environmentStrings = (environment ?? ProcessInfo.processInfo.environment).map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
         let spawned = withCStringVector(argv) { argvPointers in
             withCStringVector(environmentStrings) { environmentPointers in
-                posix_spawn(&pid, argv[0], &actions, nil, argvPointers, environmentPointers)
+                posix_spawn(&pid, argv[0], &actions, &attributes, argvPointers, environmentPointers)
             }
         }
         guard spawned == 0 else {

@@ -63,8 +63,9 @@ import Testing
         proxy.mode = .silent
         let started = ContinuousClock.now
         await expectPostgresError(.timeout) { _ = try await connection.query("SELECT 2", timeout: .milliseconds(300)) }
-        // The deadline, plus at most the wait for the server to confirm the cancel.
-        #expect(ContinuousClock.now - started < .seconds(3))
+        // The deadline plus at most the 1 s wait for the server to confirm the cancel: well
+        // before the 5 s after which the connection is given up (room for a loaded machine).
+        #expect(ContinuousClock.now - started < .milliseconds(4500))
         // The server never answered the cancel either: the connection is given up.
         try await waitUntil { connection.isBroken }
         await expectPostgresError(.connectionFailure) { try await connection.execute("SELECT 3") }
@@ -97,7 +98,7 @@ import Testing
             options: PoolOptions(maximumConnections: 2, acquireTimeout: .milliseconds(500)))
         let started = ContinuousClock.now
         await expectPostgresError(.poolTimeout) { try await pool.execute("SELECT 1") }
-        #expect(ContinuousClock.now - started < .seconds(3))
+        #expect(ContinuousClock.now - started < .milliseconds(4500), "not the 10 s connect timeout")
         // Once the network is back, the pool works (its attempts from the silent spell may
         // still hold both slots for a moment: each later acquire has its own 0.5 s).
         proxy.mode = .forward

@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Synchronization
 import Testing
 
 @Suite struct PipelineTests {
@@ -135,14 +136,51 @@ import Testing
         #expect(try await connection.value(Int.self, "SELECT 4") == 4)
     }
 
+    /// The reader stopped reading, the buffer filled, the server blocks sending rows
+    /// (`ClientWrite`); then the reading task is cancelled. The server can answer the cancel
+    /// only once the rows on the wire are taken off it: the connection must drain them, not
+    /// wait for a reader that is gone (which once cost the connection after 5 s).
+    @Test func cancellingAStalledReaderCancelsTheQueryAndKeepsTheConnection() async throws {
+        let (connection, database) = try await freshConnection()
+        let watcher = try await database.connect()
+        let pid = await connection.backendPID
+        let (gate, open) = AsyncStream<Void>.makeStream()
+        let task = Task {
+            var iterator = try await connection.stream("SELECT n, repeat('x', 200) FROM generate_series(1, 50000000) AS n").makeAsyncIterator()
+            _ = try await iterator.next()
+            for await _ in gate { break } // stalls: reads nothing more until cancelled
+            while try await iterator.next() != nil {}
+        }
+        try await waitUntil {
+            try await watcher.value(String.self, "SELECT coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = \(pid)") == "ClientWrite"
+        }
+        let started = ContinuousClock.now
+        task.cancel()
+        open.finish()
+        guard case .failure(let error as PostgresError) = await task.result else {
+            Issue.record("the stream was not cancelled")
+            return
+        }
+        #expect(error.kind == .queryCanceled, "\(error)")
+        #expect(!connection.isBroken)
+        #expect(try await connection.value(Int.self, "SELECT 6") == 6)
+        #expect(ContinuousClock.now - started < .seconds(5))
+        await watcher.close()
+    }
+
     @Test func cancellingTheConsumingTaskCancelsTheQuery() async throws {
         let (connection, _) = try await freshConnection()
+        let counted = Mutex(0)
         let task = Task {
             var count = 0
-            for try await _ in try await connection.stream("SELECT n, pg_sleep(0.001) FROM generate_series(1, 1000000) AS n") { count += 1 }
+            for try await _ in try await connection.stream("SELECT n, pg_sleep(0.001) FROM generate_series(1, 1000000) AS n") {
+                count += 1
+                counted.withLock { $0 = count }
+            }
             return count
         }
-        try await Task.sleep(for: .milliseconds(200))
+        // Cancelled once rows are flowing.
+        try await waitUntil { counted.withLock { $0 } >= 10 }
         task.cancel()
         guard case .failure(let error as PostgresError) = await task.result else {
             Issue.record("the stream was not cancelled")

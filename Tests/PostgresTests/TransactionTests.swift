@@ -97,7 +97,8 @@ struct Boom: Error {}
     }
 
     @Test func cancellationRollsBack() async throws {
-        do { let (connection, _) = try await freshConnection()
+        do { let (connection, database) = try await freshConnection()
+            let watcher = try await database.connect()
             try await connection.execute("CREATE TABLE t (v int)")
             let task = Task {
                 try await connection.transaction { connection in
@@ -105,7 +106,10 @@ struct Boom: Error {}
                     try await connection.execute("SELECT pg_sleep(10)")
                 }
             }
-            try await Task.sleep(for: .milliseconds(300))
+            // Cancelled while the sleep runs inside the transaction (seen on the server).
+            try await waitUntil {
+                try await watcher.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
+            }
             task.cancel()
             let result = await task.result
             guard case .failure(let error as PostgresError) = result else {

@@ -17,9 +17,11 @@ struct Clients {
         let port = try cluster.port()
         let ours = try await Postgres.PostgresConnection.connect(try cluster.connectionString(database: database))
         let socket = cluster.directory.appendingPathComponent(".s.PGSQL.\(port)").path
-        let configuration = PostgresNIO.PostgresConnection.Configuration(unixSocketPath: socket, username: "postgres", password: nil, database: database)
+        // The embedded server asks for the superuser's password (SCRAM), even on its socket.
+        let configuration = PostgresNIO.PostgresConnection.Configuration(
+            unixSocketPath: socket, username: EmbeddedPostgres.superuser, password: try cluster.superuserPassword(), database: database)
         let nio = try await PostgresNIO.PostgresConnection.connect(configuration: configuration, id: 1, logger: Logger(label: "bb-bench-nio"))
-        return Clients(ours: ours, nio: nio, conninfo: "host=\(cluster.directory.path) port=\(port) user=postgres dbname=\(database)", cBinary: cBinary)
+        return Clients(ours: ours, nio: nio, conninfo: "host=\(cluster.directory.path) port=\(port) user=\(EmbeddedPostgres.superuser) dbname=\(database) passfile=\(cluster.passFile.path)", cBinary: cBinary)
     }
 
     /// Runs the C program; returns (seconds, p50, p99 in seconds).
@@ -50,7 +52,15 @@ struct BenchRow: Sendable {
 // MARK: Round trips
 
 extension Clients {
-    func roundTripsOurs(_ count: Int) async throws -> [Double] {
+    /// `onIOThread`: the calling task prefers the connection's I/O thread (no hop per call).
+    func roundTripsOurs(_ count: Int, onIOThread: Bool = false) async throws -> [Double] {
+        if onIOThread {
+            return try await withTaskExecutorPreference(ours.taskExecutor) { try await roundTripsOursBody(count) }
+        }
+        return try await roundTripsOursBody(count)
+    }
+
+    func roundTripsOursBody(_ count: Int) async throws -> [Double] {
         var latencies: [Double] = []
         latencies.reserveCapacity(count)
         let clock = ContinuousClock()

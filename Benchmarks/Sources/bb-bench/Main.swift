@@ -7,7 +7,8 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick]            run everything, write BENCHMARKS.md and Benchmarks/results/
+///     bb-bench [--quick] [--only=roundtrips,decoding,writes,concurrency,domain]
+///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
 struct Bench {
@@ -19,6 +20,10 @@ struct Bench {
                 return
             }
             var runner = Runner(quick: arguments.contains("--quick"))
+            // --only=roundtrips,concurrency: just those groups (for trying a change; the report is partial).
+            if let only = arguments.first(where: { $0.hasPrefix("--only=") }) {
+                runner.only = Set(only.dropFirst("--only=".count).split(separator: ",").map(String.init))
+            }
             try await runner.run()
         } catch {
             log("error: \(error)")
@@ -52,6 +57,13 @@ struct Runner {
         .deletingLastPathComponent().deletingLastPathComponent()
     var results: [CaseResult] = []
     var notes: [String] = []
+    /// The concurrency group (Concurrency.swift).
+    var loads: [LoadResult] = []
+    var flatness: Flatness?
+    /// Groups to run; nil: all.
+    var only: Set<String>?
+
+    func runs(_ group: String) -> Bool { only?.contains(group) ?? true }
 
     init(quick: Bool) { self.quick = quick }
 
@@ -62,7 +74,7 @@ struct Runner {
         guard FileManager.default.isExecutableFile(atPath: cBinary) else { throw BenchError("\(cBinary) is missing: run make bench") }
 
         let directory = URL(fileURLWithPath: "/tmp/bbbench-\(getpid())")
-        let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false, maxConnections: 50, settings: [
+        let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false, maxConnections: 150, settings: [
             "shared_buffers": "1GB", "max_wal_size": "4GB", "checkpoint_timeout": "30min", "work_mem": "32MB",
         ]))
         log("starting PostgreSQL in \(directory.path)")
@@ -86,10 +98,14 @@ struct Runner {
                            options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
         let clients = try await Clients.connect(cluster: cluster, database: "bench", cBinary: cBinary)
 
-        try await roundTrips(clients)
-        try await decoding(clients)
-        try await writes(clients)
-        try await domain(cluster: cluster, clients: clients)
+        if runs("roundtrips") {
+            try await roundTrips(clients)
+            try await roundTripsCacheOff(cluster: cluster, clients: clients)
+        }
+        if runs("decoding") { try await decoding(clients) }
+        if runs("writes") { try await writes(clients) }
+        if runs("concurrency") { try await concurrency(cluster: cluster) }
+        if runs("domain") { try await domain(cluster: cluster, clients: clients) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)
@@ -101,10 +117,13 @@ struct Runner {
     mutating func roundTrips(_ clients: Clients) async throws {
         let count = quick ? 1000 : 5000
         var ours = Measurement(count: count), c = Measurement(count: count), nio = Measurement(count: count)
+        var oursOnIOThread = Measurement(count: count)
         for rep in 0..<5 {
             log("round trips, repetition \(rep + 1)/5")
             let oursLatencies = try await clients.roundTripsOurs(count)
             ours.runs.append(oursLatencies.reduce(0, +)); ours.latencies += oursLatencies
+            let preferring = try await clients.roundTripsOurs(count, onIOThread: true)
+            oursOnIOThread.runs.append(preferring.reduce(0, +)); oursOnIOThread.latencies += preferring
             let floor = try await clients.c(["roundtrip", clients.conninfo, String(count)])
             c.runs.append(floor.seconds)
             c.latencies += [floor.p50, floor.p99] // summary percentiles from the C side
@@ -117,6 +136,42 @@ struct Runner {
             name: "Round trips: SELECT $1::int4 × \(count), sequential", unit: "s", ours: ours, c: c, nio: nio,
             goal: "≤ 1.10× C libpq and ≤ 0.8× PostgresNIO", goalMet: ratioC <= 1.10 && ratioNIO <= 0.8,
             note: "C p50/p99 are the C program's own percentiles per repetition"))
+        let preferringC = (oursOnIOThread.median ?? 0) / (c.median ?? 1)
+        let preferringNIO = (oursOnIOThread.median ?? 0) / (nio.median ?? 1)
+        results.append(CaseResult(
+            name: "Round trips: the same, the calling task on the connection's I/O thread (withTaskExecutorPreference)", unit: "s",
+            ours: oursOnIOThread, c: c, nio: nio,
+            goal: "≤ 1.10× C libpq and ≤ 0.8× PostgresNIO", goalMet: preferringC <= 1.10 && preferringNIO <= 0.8))
+    }
+
+    /// The statement cache off (the PgBouncer setting): one unnamed exchange per statement,
+    /// against C's PQexecParams doing the same.
+    mutating func roundTripsCacheOff(cluster: EmbeddedPostgres, clients: Clients) async throws {
+        let count = quick ? 1000 : 5000
+        var configuration = PostgresConfiguration(try cluster.connectionString(database: "bench"))
+        configuration.statementCacheCapacity = 0
+        let connection = try await Postgres.PostgresConnection.connect(configuration)
+        var ours = Measurement(count: count), c = Measurement(count: count)
+        for rep in 0..<5 {
+            log("round trips with the cache off, repetition \(rep + 1)/5")
+            let clock = ContinuousClock()
+            var latencies: [Double] = []
+            latencies.reserveCapacity(count)
+            for index in 0..<count {
+                let start = clock.now
+                guard try await connection.fetchValue(Int32.self, "SELECT \(Int32(index))::int4") == Int32(index) else { throw BenchError("wrong value") }
+                latencies.append(seconds(clock.now - start))
+            }
+            ours.runs.append(latencies.reduce(0, +)); ours.latencies += latencies
+            let floor = try await clients.c(["roundtrip-params", clients.conninfo, String(count)])
+            c.runs.append(floor.seconds)
+            c.latencies += [floor.p50, floor.p99]
+        }
+        await connection.close()
+        let ratioC = (ours.median ?? 0) / (c.median ?? 1)
+        results.append(CaseResult(
+            name: "Round trips with the statement cache off (PgBouncer mode): SELECT $1::int4 × \(count)", unit: "s", ours: ours, c: c,
+            goal: "≤ 1.10× C libpq's PQexecParams", goalMet: ratioC <= 1.10))
     }
 
     mutating func decoding(_ clients: Clients) async throws {

@@ -37,6 +37,7 @@ extension Runner {
             lines.append("| \(result.name) | \(format(result.ours, unit: result.unit)) | \(result.c.map { format($0, unit: result.unit) } ?? "–") | "
                 + "\(result.nio.map { format($0, unit: result.unit) } ?? "–") | \(ratioC) | \(ratioNIO) | \(result.goal) | \(met) |")
         }
+        lines += concurrencySection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [
             "- EXPLAIN (ANALYZE, BUFFERS) of the dashboard, timeline, sync page and export statements, captured by auto_explain",
@@ -46,10 +47,13 @@ extension Runner {
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: repository.appendingPathComponent("BENCHMARKS.md"))
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        struct Raw: Encodable { var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String] }
+        struct Raw: Encodable {
+            var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
+            var concurrency: [LoadResult]; var flatness: Flatness?
+        }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {
@@ -78,5 +82,70 @@ extension Runner {
         guard let other, let mine = unit == "latency" ? ours.p50 : ours.median,
               let theirs = unit == "latency" ? other.p50 : other.median, theirs > 0 else { return "–" }
         return String(format: "%.2f×", mine / theirs)
+    }
+
+    /// The concurrency table: ours, pgbench and PostgresNIO at each C and P, with the goals.
+    func concurrencySection() -> [String] {
+        guard !loads.isEmpty else { return [] }
+        let load1 = ((try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8)) ?? "?").split(separator: " ").prefix(3).joined(separator: " ")
+        var lines = [
+            "",
+            "## Concurrency: C callers through a pool of P connections",
+            "",
+            "Ours = `PostgresPool` one-statement calls (pipelined on shared connections); NIO = PostgresNIO's `PostgresClient`",
+            "with the same maximum; pgbench = `pgbench -M prepared` with min(C, P) clients (one connection each), the",
+            "floor. Client and server share the machine's cores. Throughput in operations/s; latency p50 / p99 / max;",
+            "CPU = the client's user + system time per operation (getrusage); cs = its context switches per operation.",
+            "Load average when the report was written: \(load1).",
+            "",
+            "Ours (I/O) = the same calls from tasks that prefer the pool's I/O thread as their executor",
+            "(`Task(executorPreference: pool.taskExecutor)`), so that no call hops between threads.",
+            "",
+            "| Statement | P | C | Ours ops/s | Ours (I/O) ops/s | pgbench ops/s | NIO ops/s | Ours (I/O) / pgbench | Ours (I/O) / NIO | Ours latency | Ours (I/O) latency | NIO latency | Ours CPU, cs | Ours (I/O) CPU, cs | pgbench CPU, cs | NIO CPU, cs |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        var cells: [(ours: LoadResult, floor: LoadResult, nio: LoadResult)] = []
+        for statement in LoadStatement.allCases {
+            for connections in [16, 32] {
+                for callers in [1, 16, 64, 256] {
+                    func find(_ client: String) -> LoadResult? {
+                        loads.first { $0.client == client && $0.statement == statement.rawValue && $0.callers == callers && ($0.connections == connections || (client == "pgbench" && $0.connections == min(callers, connections))) }
+                    }
+                    guard let plain = find("ours"), let ours = find("ours, I/O thread"), let floor = find("pgbench"), let nio = find("PostgresNIO") else { continue }
+                    cells.append((ours, floor, nio))
+                    func latency(_ load: LoadResult) -> String { "\(duration(load.p50)) / \(duration(load.p99)) / \(duration(load.maximum))" }
+                    func cost(_ load: LoadResult) -> String { String(format: "%.1f µs, %.2f", load.cpuPerOperation * 1e6, load.switchesPerOperation) }
+                    lines.append("| \(statement.rawValue) | \(connections) | \(callers) | \(Int(plain.throughput)) | \(Int(ours.throughput)) | \(Int(floor.throughput)) | \(Int(nio.throughput)) | "
+                        + String(format: "%.2f× | %.2f× | ", ours.throughput / max(floor.throughput, 1), ours.throughput / max(nio.throughput, 1))
+                        + "\(latency(plain)) | \(latency(ours)) | \(latency(nio)) | \(cost(plain)) | \(cost(ours)) | \(cost(floor)) | \(cost(nio)) |")
+                }
+            }
+        }
+        func verdict(_ met: Bool) -> String { met ? "yes" : "**no**" }
+        let throughputMet = cells.allSatisfy { $0.ours.throughput >= $0.floor.throughput }
+        let worstThroughput = cells.map { $0.ours.throughput / max($0.floor.throughput, 1) }.min() ?? 0
+        let cpuWorst = cells.map(\.ours.cpuPerOperation).max() ?? 0
+        let switchesWorst = cells.map(\.ours.switchesPerOperation).max() ?? 0
+        let p99Met = cells.allSatisfy { $0.ours.p99 <= $0.nio.p99 }
+        let sixteen = cells.filter { $0.ours.callers == 16 && $0.ours.connections == 16 }.map(\.ours.maximum).max() ?? 0
+        let roundTrip = results.first { $0.name.hasPrefix("Round trips: the same, the calling task") }
+        lines += [
+            "",
+            "| Goal | Here | Met |",
+            "| --- | --- | --- |",
+            "| Throughput at least pgbench's at the same P (ours on the I/O thread) | worst \(String(format: "%.2f", worstThroughput))× | \(verdict(throughputMet)) |",
+            "| Client CPU ≤ 15 µs per operation | worst \(String(format: "%.1f", cpuWorst * 1e6)) µs | \(verdict(cpuWorst <= 15e-6)) |",
+            "| ≤ 2 context switches per operation | worst \(String(format: "%.2f", switchesWorst)) | \(verdict(switchesWorst <= 2)) |",
+            "| p99 at most NIO's at every C | \(cells.filter { $0.ours.p99 <= $0.nio.p99 }.count) of \(cells.count) cells | \(verdict(p99Met)) |",
+            "| Maximum latency < 100 ms at C = P = 16 | \(duration(sixteen)) | \(verdict(sixteen < 0.1)) |",
+        ]
+        if let roundTrip, let mine = roundTrip.ours.median, let theirs = roundTrip.c?.median, theirs > 0 {
+            lines.append("| Single-caller round trip ≤ 1.1× C libpq (caller on the I/O thread) | \(String(format: "%.2f", mine / theirs))× | \(verdict(mine / theirs <= 1.1)) |")
+        }
+        if let flatness {
+            let series = flatness.perWindow.map { String(Int(Double($0) / flatness.windowSeconds)) }.joined(separator: ", ")
+            lines.append("| Flat over time: last 10 s within 10% of the first (\(Int(flatness.load.seconds)) s, SELECT $1, P=16, C=256) | ops/s per 10 s: \(series); drift \(String(format: "%.1f", flatness.drift * 100))% | \(verdict(flatness.drift <= 0.1)) |")
+        }
+        return lines
     }
 }

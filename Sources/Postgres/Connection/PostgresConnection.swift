@@ -29,6 +29,17 @@ public actor PostgresConnection {
     /// The connection's I/O thread.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
+    /// The I/O thread this connection runs on, as a task executor. A task that prefers it
+    /// runs its own code on that thread too, so each call into the connection needs no hop
+    /// between threads (the fastest way to drive one connection from one task).
+    ///
+    /// ```swift
+    /// try await withTaskExecutorPreference(connection.taskExecutor) {
+    ///     for id in ids { _ = try await connection.query("SELECT * FROM events WHERE id = \(id)") }
+    /// }
+    /// ```
+    public nonisolated var taskExecutor: any TaskExecutor { loop }
+
     nonisolated let configuration: PostgresConfiguration
 
     // Statement cache (see StatementCache.swift)
@@ -100,7 +111,7 @@ public actor PostgresConnection {
     /// Opens with a deadline of its own (a pool's acquire deadline may be shorter).
     static func connect(_ configuration: PostgresConfiguration, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
         try configuration.validate()
-        let connection = PostgresConnection(configuration: configuration, loop: EventLoopGroup.shared.next())
+        let connection = PostgresConnection(configuration: configuration, loop: EventLoopGroup.shared.currentOrNext())
         let own = ContinuousClock.now + .seconds(configuration.effectiveConnectTimeout)
         try await connection.open(deadline: min(deadline, own))
         return connection

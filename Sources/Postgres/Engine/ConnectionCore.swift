@@ -593,6 +593,21 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
         guard request.interruption == nil, !request.answered else { return }
         request.interruption = reason
         loop.cancelTimer(request.deadlineTimer)
+        // A stream's reader gets an error and reads no further: its rows are dropped, and the
+        // socket is read again even if the buffer had paused it. The server can only answer
+        // the cancel once the rows it is blocked sending have been taken off the wire.
+        var resumeReading = false
+        if case .stream(_, let state) = request.kind, !state.abandoned {
+            state.abandoned = true
+            state.rows = []
+            state.index = 0
+            if readingPaused {
+                readingPaused = false
+                updateInterest()
+                resumeReading = true
+            }
+        }
+        defer { if resumeReading { readInput() } }
         // Only a statement alone on the wire may be cancelled on the server: with another
         // caller's statement before it, the cancel could hit that one; after it, a late cancel
         // could hit the next.
@@ -605,15 +620,22 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             // does not answer (a silent network) is not kept waiting for it.
             loop.schedule(at: .now + Self.cancelAnswerWait) { [self] in
                 guard inflight.contains(where: { $0.id == id }) else { return }
-                request.finish(.failure(interruptionError(reason, sent: true, query: request.text, unconfirmed: true)))
+                answerInterrupted(request, interruptionError(reason, sent: true, query: request.text, unconfirmed: true))
             }
         } else {
-            request.finish(.failure(interruptionError(reason, sent: true, query: request.text)))
+            answerInterrupted(request, interruptionError(reason, sent: true, query: request.text))
         }
         loop.schedule(at: .now + Self.cancelGrace) { [self] in
             guard inflight.contains(where: { $0.id == id }) else { return }
             connectionLost(reason: "the server did not answer within \(Self.cancelGrace) of a cancelled statement (a frozen server or a silent network)")
         }
+    }
+
+    /// The caller of an interrupted request gets `error` now; a stream's reader too (its
+    /// request has no continuation: the reader waits on the stream's state).
+    private func answerInterrupted(_ request: Request, _ error: PostgresError) {
+        request.finish(.failure(error))
+        if case .stream(_, let state) = request.kind, !state.finished { state.end(error) }
     }
 
     private func cancelReturned(_ id: UInt64) {

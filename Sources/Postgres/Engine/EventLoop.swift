@@ -225,6 +225,12 @@ final class EventLoopGroup: Sendable {
     func next() -> EventLoop {
         loops[counter.add(1, ordering: .relaxed).oldValue % loops.count]
     }
+
+    /// The loop whose thread the caller runs on (a task that prefers a loop as its executor),
+    /// else the next one in turn: a connection opened there needs no hop for that caller.
+    func currentOrNext() -> EventLoop {
+        loops.first { $0.inLoop } ?? next()
+    }
 }
 
 /// Deadlines of one loop: a binary heap, with cancelled entries dropped when they surface.

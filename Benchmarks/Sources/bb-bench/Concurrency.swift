@@ -1,0 +1,260 @@
+import EmbeddedPostgres
+import Foundation
+import Logging
+import Postgres
+import PostgresNIO
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Many callers through a pool of P connections: ours (`PostgresPool`, one-statement calls
+/// pipelined), PostgresNIO's `PostgresClient` with the same limit, and pgbench with P clients
+/// as the floor. Same server, same statements, one after the other.
+struct LoadResult: Codable, Sendable {
+    var client: String
+    var statement: String
+    var callers: Int
+    var connections: Int
+    var operations: Int
+    var seconds: Double
+    var p50: Double
+    var p99: Double
+    var maximum: Double
+    /// Client CPU (user + system) per operation, in seconds.
+    var cpuPerOperation: Double
+    /// Voluntary and involuntary context switches of the client per operation.
+    var switchesPerOperation: Double
+    var throughput: Double { seconds > 0 ? Double(operations) / seconds : 0 }
+}
+
+/// CPU time and context switches so far, of this process or of its waited-for children.
+struct Usage {
+    var cpu: Double
+    var switches: Double
+
+    static func now(children: Bool = false) -> Usage {
+        var usage = rusage()
+        getrusage(children ? RUSAGE_CHILDREN.rawValue : RUSAGE_SELF.rawValue, &usage)
+        let cpu = Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+            + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+        return Usage(cpu: cpu, switches: Double(usage.ru_nvcsw + usage.ru_nivcsw))
+    }
+
+    static func - (a: Usage, b: Usage) -> Usage { Usage(cpu: a.cpu - b.cpu, switches: a.switches - b.switches) }
+}
+
+enum LoadStatement: String, CaseIterable {
+    case select1 = "SELECT $1"
+    case lookup = "index lookup"
+
+    /// The same statement for pgbench (its own random parameter).
+    var pgbenchScript: String {
+        switch self {
+        case .select1: "\\set v random(1, 1000000)\nSELECT :v::int4;\n"
+        case .lookup: "\\set id random(1, 200000)\nSELECT id, child_id, start_time, note FROM bench_events WHERE id = :id;\n"
+        }
+    }
+}
+
+/// What each caller task brings back: its latencies, and its completions per window.
+struct CallerRecord: Sendable {
+    var latencies: [Double] = []
+    var windows: [Int] = []
+}
+
+extension Runner {
+    mutating func concurrency(cluster: EmbeddedPostgres) async throws {
+        let admin = try await Postgres.PostgresConnection.connect(try cluster.connectionString(database: "bench"))
+        _ = try await admin.executeUnsafeRawSQL("""
+            CREATE TABLE bench_events (id int8 PRIMARY KEY, child_id uuid NOT NULL, start_time timestamptz NOT NULL, note text);
+            INSERT INTO bench_events SELECT n, gen_random_uuid(), now() - n * interval '1 minute', 'note ' || n FROM generate_series(1, 200000) AS n;
+            """)
+        _ = try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) bench_events") // alone: VACUUM refuses a transaction block
+        await admin.close()
+        let duration = quick ? 2.0 : 5.0
+        let callerCounts = [1, 16, 64, 256]
+        var loads: [LoadResult] = []
+        for statement in LoadStatement.allCases {
+            for connections in [16, 32] {
+                for callers in callerCounts {
+                    log("concurrency: \(statement.rawValue), P=\(connections), C=\(callers)")
+                    loads.append(try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration).0)
+                    loads.append(try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration, onIOThread: true).0)
+                    loads.append(try await loadPgbench(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
+                    loads.append(try await loadNIO(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
+                }
+            }
+        }
+        // Flat over time: one long run, throughput per 10 s window.
+        let long = quick ? 20.0 : 60.0
+        log("concurrency: \(long) s run of SELECT $1, P=16, C=256, for throughput over time")
+        let (flatLoad, windows) = try await loadOurs(cluster: cluster, statement: .select1, callers: 256, connections: 16, duration: long, window: 10, onIOThread: true)
+        self.loads = loads
+        self.flatness = Flatness(load: flatLoad, windowSeconds: 10, perWindow: windows)
+    }
+
+    /// `onIOThread`: the caller tasks prefer the pool's I/O thread as their executor (Swift's
+    /// task-executor preference), so that no call hops between threads.
+    func loadOurs(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double, window: Double = 0,
+                  onIOThread: Bool = false) async throws -> (LoadResult, [Int]) {
+        let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "bench")),
+                                options: PoolOptions(minimumConnections: connections, maximumConnections: connections, acquireTimeout: .seconds(60)))
+        let operation: @Sendable (inout SplitMix) async throws -> Void = { random in
+            switch statement {
+            case .select1:
+                let value = Int32(random.int(1_000_000))
+                guard try await pool.fetchValue(Int32.self, "SELECT \(value)::int4") == value else { throw BenchError("wrong value (ours)") }
+            case .lookup:
+                let id = Int64(random.int(200_000) + 1)
+                let rows = try await pool.query("SELECT id, child_id, start_time, note FROM bench_events WHERE id = \(id)")
+                guard let row = rows.first, try row.decode(Int64.self, at: 0) == id else { throw BenchError("wrong row (ours)") }
+                _ = try row.decode((Int64, UUID, Date, String?).self)
+            }
+        }
+        _ = try await drive(callers: min(callers, connections), duration: 0.5, window: 0, operation) // warm: connections open, statements prepared
+        let preference: (any TaskExecutor)? = onIOThread ? pool.taskExecutor : nil
+        let before = Usage.now()
+        let (records, elapsed) = try await drive(callers: callers, duration: duration, window: window, preference: preference, operation)
+        let used = Usage.now() - before
+        await pool.close()
+        return (summarize(onIOThread ? "ours, I/O thread" : "ours", statement, callers, connections, records, elapsed, used), merge(records.map(\.windows)))
+    }
+
+    func loadNIO(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double) async throws -> LoadResult {
+        let socket = cluster.directory.appendingPathComponent(".s.PGSQL.\(try cluster.port())").path
+        var configuration = PostgresClient.Configuration(unixSocketPath: socket, username: EmbeddedPostgres.superuser, password: try cluster.superuserPassword(), database: "bench")
+        configuration.options.minimumConnections = connections
+        configuration.options.maximumConnections = connections
+        let client = PostgresClient(configuration: configuration, backgroundLogger: Logger(label: "bb-bench-nio"))
+        let running = Task { await client.run() }
+        let logger = Logger(label: "bb-bench-nio")
+        let operation: @Sendable (inout SplitMix) async throws -> Void = { random in
+            switch statement {
+            case .select1:
+                let value = Int32(random.int(1_000_000))
+                var got: Int32?
+                for try await decoded in try await client.query("SELECT \(value)::int4", logger: logger).decode(Int32.self) { got = decoded }
+                guard got == value else { throw BenchError("wrong value (NIO)") }
+            case .lookup:
+                let id = Int64(random.int(200_000) + 1)
+                var got: Int64?
+                let rows = try await client.query("SELECT id, child_id, start_time, note FROM bench_events WHERE id = \(id)", logger: logger)
+                for try await (rowID, _, _, _) in rows.decode((Int64, UUID, Date, String?).self) { got = rowID }
+                guard got == id else { throw BenchError("wrong row (NIO)") }
+            }
+        }
+        _ = try await drive(callers: min(callers, connections), duration: 0.5, window: 0, operation)
+        let before = Usage.now()
+        let (records, elapsed) = try await drive(callers: callers, duration: duration, window: 0, operation)
+        let used = Usage.now() - before
+        running.cancel()
+        _ = await running.value
+        return summarize("PostgresNIO", statement, callers, connections, records, elapsed, used)
+    }
+
+    /// pgbench with as many clients as there are connections (one connection per client), at
+    /// most `callers`: the server's own client, the floor for any pool of that size.
+    func loadPgbench(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double) async throws -> LoadResult {
+        let clients = min(callers, connections)
+        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbench-pgbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let script = folder.appendingPathComponent("script.sql")
+        try Data(statement.pgbenchScript.utf8).write(to: script)
+        var environment = ProcessInfo.processInfo.environment
+        environment["PGPASSFILE"] = cluster.passFile.path
+        let before = Usage.now(children: true)
+        let result = try await ChildProcess.spawn([
+            try Self.pgbench(), "-n", "-M", "prepared", "-c", String(clients), "-j", String(min(clients, 2)), "-T", String(Int(duration)),
+            "-f", script.path, "-l", "--log-prefix", folder.appendingPathComponent("log").path,
+            "-h", cluster.directory.path, "-p", String(try cluster.port()), "-U", EmbeddedPostgres.superuser, "bench",
+        ], environment: environment, directory: folder.path).result()
+        let used = Usage.now(children: true) - before
+        guard result.status == 0 else { throw BenchError("pgbench failed: \(result.stderr)") }
+        // Each log line: client, transaction number, latency in µs, script, epoch s, µs.
+        var latencies: [Double] = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasPrefix("log") {
+            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+            for line in text.split(separator: "\n") {
+                let fields = line.split(separator: " ")
+                if fields.count >= 3, let micros = Double(fields[2]) { latencies.append(micros / 1e6) }
+            }
+        }
+        return summarize("pgbench", statement, callers, clients, [CallerRecord(latencies: latencies)], duration, used)
+    }
+
+    static func pgbench() throws -> String {
+        let candidates = ["/usr/bin/pgbench", "/usr/lib/postgresql/15/bin/pgbench"]
+            + ((try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []).map { "/usr/lib/postgresql/\($0)/bin/pgbench" }
+        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw BenchError("pgbench is not installed (apt-get install postgresql-contrib, or postgresql)")
+        }
+        return found
+    }
+
+    /// Runs `callers` tasks, each calling `operation` until `duration` has passed.
+    func drive(callers: Int, duration: Double, window: Double, preference: (any TaskExecutor)? = nil,
+               _ operation: @escaping @Sendable (inout SplitMix) async throws -> Void) async throws -> ([CallerRecord], Double) {
+        let clock = ContinuousClock()
+        let start = clock.now
+        let end = start + .milliseconds(Int(duration * 1000))
+        let records = try await withThrowingTaskGroup(of: CallerRecord.self) { group in
+            for caller in 0..<callers {
+                group.addTask(executorPreference: preference) {
+                    var random = SplitMix(seed: UInt64(caller) &* 7919 &+ 1)
+                    var record = CallerRecord()
+                    record.latencies.reserveCapacity(4096)
+                    while true {
+                        let begin = clock.now
+                        if begin >= end { break }
+                        try await operation(&random)
+                        let finished = clock.now
+                        record.latencies.append(seconds(finished - begin))
+                        if window > 0 {
+                            let index = Int(seconds(finished - start) / window)
+                            while record.windows.count <= index { record.windows.append(0) }
+                            record.windows[index] += 1
+                        }
+                    }
+                    return record
+                }
+            }
+            return try await group.reduce(into: [CallerRecord]()) { $0.append($1) }
+        }
+        return (records, seconds(clock.now - start))
+    }
+
+    func merge(_ windows: [[Int]]) -> [Int] {
+        var total: [Int] = []
+        for series in windows {
+            for (index, count) in series.enumerated() {
+                while total.count <= index { total.append(0) }
+                total[index] += count
+            }
+        }
+        return total
+    }
+
+    func summarize(_ client: String, _ statement: LoadStatement, _ callers: Int, _ connections: Int, _ records: [CallerRecord], _ elapsed: Double, _ used: Usage) -> LoadResult {
+        let latencies = records.flatMap(\.latencies).sorted()
+        let count = max(latencies.count, 1)
+        func at(_ p: Double) -> Double { latencies.isEmpty ? 0 : latencies[Int(Double(latencies.count - 1) * p)] }
+        return LoadResult(client: client, statement: statement.rawValue, callers: callers, connections: connections, operations: latencies.count,
+                          seconds: elapsed, p50: at(0.5), p99: at(0.99), maximum: latencies.last ?? 0,
+                          cpuPerOperation: used.cpu / Double(count), switchesPerOperation: used.switches / Double(count))
+    }
+}
+
+/// Throughput of one long run in consecutive windows.
+struct Flatness: Codable, Sendable {
+    var load: LoadResult
+    var windowSeconds: Double
+    var perWindow: [Int]
+
+    /// The last full window against the first, as a fraction (0.05: 5% apart).
+    var drift: Double {
+        let full = perWindow.prefix(Int(load.seconds / windowSeconds))
+        guard let first = full.first, let last = full.last, first > 0 else { return 1 }
+        return abs(Double(last - first)) / Double(first)
+    }
+}
