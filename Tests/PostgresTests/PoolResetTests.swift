@@ -92,7 +92,7 @@ import Testing
     /// statements: it runs on a connection of its own, reset before anyone else uses it.
     @Test func aSessionChangeThroughThePoolsSharedCallsStaysWithIt() async throws {
         let database = try await TestPostgresDatabase.make()
-        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 2))
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 2, acquireTimeout: .seconds(60)))
         let before = try await pool.fetchValue(String.self, "SELECT current_setting('search_path')")
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<40 {

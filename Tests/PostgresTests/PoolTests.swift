@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Synchronization
 import Testing
 
 @Suite struct PoolTests {
@@ -90,6 +91,34 @@ import Testing
         #expect(try await borrowed.value == 7)
         #expect(pool.statistics.open == 0)
         await expectPostgresError(.poolClosed) { try await pool.execute("SELECT 1") }
+    }
+
+    /// FIFO: a caller waiting for a connection of its own is not overtaken forever by a
+    /// stream of one-statement callers joining the shared connection.
+    @Test func aStreamOfSharedCallersDoesNotStarveAnExclusiveWaiter() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .seconds(3)))
+        final class Flag: Sendable { let done = Mutex(false) }
+        let flag = Flag()
+        let flood = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        let end = ContinuousClock.now + .seconds(20)
+                        while !flag.done.withLock({ $0 }), ContinuousClock.now < end {
+                            _ = try await pool.fetchValue(Int.self, "SELECT 1 FROM pg_sleep(0.005)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        try await waitUntil { pool.statistics.open == 1 }
+        let value = try await pool.withConnection { try await $0.fetchValue(Int.self, "SELECT 42") }
+        flag.done.withLock { $0 = true }
+        #expect(value == 42)
+        try await flood.value
+        await pool.close()
     }
 
     @Test func transactionThroughThePool() async throws {

@@ -303,7 +303,9 @@ public final class PostgresPool: Sendable {
             state.total += 1
             return .open
         }
-        if shared, let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken })
+        // Joining a shared connection never jumps the queue: a caller waiting for a connection
+        // of its own would otherwise wait while the shared ones never drain.
+        if shared, state.waiters.isEmpty, let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken })
             .min(by: { ($0.connection.loop.inLoop ? 0 : 1, $0.users) < ($1.connection.loop.inLoop ? 0 : 1, $1.users) }) {
             state.shared[ObjectIdentifier(least.connection)]?.users += 1
             return .use(least.connection, since: nil)
@@ -511,7 +513,9 @@ public final class PostgresPool: Sendable {
                 state.total += 1
                 actions.append(.open(id, waiter))
             }
-            while let (id, waiter) = state.firstWaiter(where: \.shared),
+            // In order: shared waiters join shared connections only while they are at the head
+            // of the queue (FIFO; a waiter for an exclusive lease is not overtaken).
+            while let (id, waiter) = state.firstWaiter(), waiter.shared,
                   let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken }).min(by: { $0.users < $1.users }) {
                 state.waiters[id] = nil
                 state.shared[ObjectIdentifier(least.connection)]?.users += 1
