@@ -88,7 +88,7 @@ func waitFor(_ connection: PostgresConnection, _ condition: SQL, sourceLocation:
         let run = try CLIProcess(["up", "--url", database.connectionString, "--dir", folder.path])
         var sleeping = false
         for _ in 0..<200 where !sleeping {
-            sleeping = try await connection.fetchValue(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND state = 'active' AND pid <> pg_backend_pid()") == 1
+            sleeping = try await connection.fetchValue(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%pg_sleep(30)%' AND state = 'active' AND pid <> pg_backend_pid()") == 1
             if !sleeping { try await Task.sleep(for: .milliseconds(50)) }
         }
         #expect(sleeping)
@@ -96,7 +96,7 @@ func waitFor(_ connection: PostgresConnection, _ condition: SQL, sourceLocation:
         _ = try await run.wait()
         // The server notices the dead client within client_connection_check_interval (1 s) and
         // rolls the file back, long before its 30 s sleep would end.
-        try await waitFor(connection, "SELECT count(*) = 0 FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()")
+        try await waitFor(connection, "SELECT count(*) = 0 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()")
         #expect(try await connection.fetchValue(Int.self, "SELECT count(*) FROM bbmigrate.schema_migrations") == 0)
         try folder.write("0001_slow.sql", "CREATE TABLE before_sleep (id int);\nSELECT pg_sleep(0.1);\nCREATE TABLE after_sleep (id int);\n")
         let rerun = try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path)

@@ -94,14 +94,13 @@ import Testing
         let doomed = try await database.connect()
         let healthy = try await database.connect()
         let doomedPID = await doomed.backendPID
-        let healthyPID = await healthy.backendPID
         // First the long statement on each, running on the server; then nine more behind it.
-        let doomedFirst = Task { try await doomed.fetchValue(Int.self, "SELECT 0 FROM pg_sleep(30)") }
-        let healthyFirst = Task { try await healthy.fetchValue(Int.self, "SELECT 0 FROM pg_sleep(1)") }
+        let doomedFirst = Task { try await doomed.fetchValue(Int.self, "SELECT 0 FROM pg_sleep(29.5)") }
+        let healthyFirst = Task { try await healthy.fetchValue(Int.self, "SELECT 0 FROM pg_sleep(0.5)") }
         try await waitUntil {
             try await admin.value(Int.self, """
-                SELECT count(*) FROM pg_stat_activity WHERE pid IN (\(doomedPID), \(healthyPID)) AND query LIKE '%pg_sleep%' AND state = 'active'
-                """) == 2
+                SELECT count(*) FROM pg_stat_activity WHERE pid = \(doomedPID) AND query LIKE '%pg_sleep%' AND state = 'active'
+                """) == 1
         }
         let onDoomed = [doomedFirst] + (1..<10).map { index in Task { try await doomed.fetchValue(Int.self, "SELECT \(index)") } }
         let onHealthy = [healthyFirst] + (1..<10).map { index in Task { try await healthy.fetchValue(Int.self, "SELECT \(index)") } }

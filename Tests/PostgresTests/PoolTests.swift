@@ -97,14 +97,14 @@ import Testing
     /// stream of one-statement callers joining the shared connection.
     @Test func aStreamOfSharedCallersDoesNotStarveAnExclusiveWaiter() async throws {
         let database = try await TestPostgresDatabase.make()
-        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .seconds(3)))
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1, acquireTimeout: .seconds(10)))
         final class Flag: Sendable { let done = Mutex(false) }
         let flag = Flag()
         let flood = Task {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<8 {
                     group.addTask {
-                        let end = ContinuousClock.now + .seconds(20)
+                        let end = ContinuousClock.now + .seconds(30) // longer than the acquire timeout
                         while !flag.done.withLock({ $0 }), ContinuousClock.now < end {
                             _ = try await pool.fetchValue(Int.self, "SELECT 1 FROM pg_sleep(0.005)")
                         }

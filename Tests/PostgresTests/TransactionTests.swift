@@ -108,7 +108,7 @@ struct Boom: Error {}
             }
             // Cancelled while the sleep runs inside the transaction (seen on the server).
             try await waitUntil {
-                try await watcher.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
+                try await watcher.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
             }
             task.cancel()
             let result = await task.result

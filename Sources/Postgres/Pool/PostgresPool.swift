@@ -461,7 +461,7 @@ public final class PostgresPool: Sendable {
 
     /// An exclusively held connection goes to the first waiter, or back to the idle list.
     private func handBack(_ connection: PostgresConnection) {
-        enum Next { case waiter(CheckedContinuation<PostgresConnection, any Error>), close, done }
+        enum Next { case waiter(CheckedContinuation<PostgresConnection, any Error>, shared: Bool), close, done }
         let next = state.withLock { state -> Next in
             state.exclusive -= 1
             if state.closed {
@@ -472,13 +472,16 @@ public final class PostgresPool: Sendable {
             if let (id, waiter) = state.firstWaiter() {
                 state.waiters[id] = nil
                 take(connection, into: &state, shared: waiter.shared)
-                return .waiter(waiter.continuation)
+                return .waiter(waiter.continuation, shared: waiter.shared)
             }
             state.idle.append(Idle(connection: connection, since: .now))
             return .done
         }
         switch next {
-        case .waiter(let continuation): continuation.resume(returning: connection)
+        case .waiter(let continuation, let shared):
+            continuation.resume(returning: connection)
+            // The single statements queued behind it may share the connection it now has.
+            if shared { serveWaiters() }
         case .close: Task { await connection.close() }
         case .done: break
         }
