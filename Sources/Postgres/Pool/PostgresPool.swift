@@ -146,7 +146,6 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// Counts for monitoring.
     /// One of the I/O threads the pool's connections run on, as a task executor. Tasks that
     /// prefer it run their own code on that thread; the pool then gives them connections of
     /// that thread, and a call needs no hop between threads (about twice the throughput of
@@ -160,6 +159,7 @@ public final class PostgresPool: Sendable {
     /// ```
     public var taskExecutor: any TaskExecutor { EventLoopGroup.shared.next() }
 
+    /// Counts for monitoring.
     public var statistics: (idle: Int, inUse: Int, open: Int, waiting: Int) {
         state.withLock { ($0.idle.count, $0.inUse, $0.total, $0.waiters.count) }
     }
