@@ -309,6 +309,12 @@ public struct EmbeddedPostgres: Sendable {
         let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socketFD >= 0 else { throw EmbeddedPostgresError("could not open a socket to find a free port") }
         defer { close(socketFD) }
+        guard let port = bindLoopback(socketFD) else { throw EmbeddedPostgresError("could not find a free port") }
+        return port
+    }
+
+    /// Binds `socketFD` to 127.0.0.1 on a port the kernel picks; that port, or nil.
+    static func bindLoopback(_ socketFD: Int32) -> Int? {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
@@ -316,12 +322,12 @@ public struct EmbeddedPostgres: Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard bound == 0 else { throw EmbeddedPostgresError("could not find a free port") }
+        guard bound == 0 else { return nil }
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let named = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketFD, $0, &length) }
         }
-        guard named == 0 else { throw EmbeddedPostgresError("could not find a free port") }
+        guard named == 0 else { return nil }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 }

@@ -62,22 +62,11 @@ public final class FaultProxy: Sendable {
         guard listener >= 0 else { throw EmbeddedPostgresError("the proxy could not open a socket") }
         var yes: Int32 = 1
         setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        guard bound == 0, named == 0, listen(listener, 64) == 0 else {
+        guard let port = EmbeddedPostgres.bindLoopback(listener), listen(listener, 64) == 0 else {
             close(listener)
             throw EmbeddedPostgresError("the proxy could not listen on 127.0.0.1")
         }
-        let proxy = FaultProxy(port: Int(UInt16(bigEndian: address.sin_port)), upstream: socketPath, passFile: cluster.passFile, listener: listener)
+        let proxy = FaultProxy(port: port, upstream: socketPath, passFile: cluster.passFile, listener: listener)
         Thread.detachNewThread {
             nameThread()
             proxy.acceptLoop()
