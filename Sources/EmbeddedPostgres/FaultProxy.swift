@@ -41,6 +41,7 @@ public final class FaultProxy: Sendable {
         var sockets: Set<Int32> = []
         var stopped = false
         var generation = 0
+        var accepted = 0
     }
 
     /// What the proxy does now (takes effect within 20 ms).
@@ -48,6 +49,10 @@ public final class FaultProxy: Sendable {
         get { state.withLock { $0.mode } }
         set { state.withLock { $0.mode = newValue } }
     }
+
+    /// How many client connections the proxy has accepted so far (in every mode): a test can
+    /// wait for a client to give up on a silent connection and dial again.
+    public var connectionsAccepted: Int { state.withLock { $0.accepted } }
 
     /// `postgresql://postgres@127.0.0.1:PORT/database?passfile=…` (the cluster's password).
     public func connectionString(database: String, options: String = "") -> String {
@@ -111,6 +116,7 @@ public final class FaultProxy: Sendable {
                 close(client)
                 break
             }
+            state.withLock { $0.accepted += 1 }
             let server = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
             var address = sockaddr_un()
             address.sun_family = sa_family_t(AF_UNIX)

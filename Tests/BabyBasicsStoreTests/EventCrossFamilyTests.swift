@@ -40,10 +40,12 @@ import Testing
             ("predictNextSleep", { _ = try await store.events.predictNextSleep(for: bobsChild.id, as: alice.id) }),
         ]
         await expectAllNotFound(calls)
-        // Once Bob's events are in the feed (it waits for open transactions), Alice still gets none.
-        _ = try await nextChanges(fixture.store, bob.id, after: .start)
-        #expect(try await fixture.store.events.changes(for: alice.id, after: .start).events.isEmpty)
-        #expect(try await fixture.store.events.changes(for: alice.id, child: bobsChild.id, after: .start).events.isEmpty)
+        // Bob's events are in his feed; Alice's has none of them, even asking for his child.
+        #expect(try await fixture.store.events.changes(for: bob.id, after: .start).events.isEmpty == false)
+        let alicesPage = try await fixture.store.events.changes(for: alice.id, after: .start)
+        #expect(alicesPage.children.allSatisfy { $0.id != bobsChild.id } && alicesPage.events.allSatisfy { $0.childID != bobsChild.id })
+        let asked = try await fixture.store.events.changes(for: alice.id, child: bobsChild.id, after: .start)
+        #expect(asked.events.isEmpty && asked.children.isEmpty && asked.caregivers.isEmpty && asked.notices.isEmpty)
         let export = TextBuffer()
         try await fixture.store.events.exportJSON(as: alice.id) { export.append($0) }
         #expect(!export.text.contains(bobsChild.id.uuidString) && !export.text.contains(diaper.id.uuidString))

@@ -119,7 +119,7 @@ import Glibc
             CREATE TABLE measurements (at date NOT NULL, v int) PARTITION BY RANGE (at);
             CREATE TABLE measurements_2026 PARTITION OF measurements FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
             ALTER TABLE event_history SET UNLOGGED;
-            ALTER SEQUENCE events_change_seq CACHE 10;
+            ALTER SEQUENCE event_history_id_seq CACHE 10;
             CREATE AGGREGATE longest(text) (sfunc = textcat, stype = text);
             """)
         // An index whose concurrent build failed.
@@ -140,7 +140,7 @@ import Glibc
             "unexpected rule no_delete on invites",
             "unexpected table measurements_2026",
             "table event_history: persistence differs (expected: permanent; found: unlogged)",
-            "sequence events_change_seq: definition differs",
+            "sequence event_history_id_seq: definition differs",
             "unexpected aggregate longest(text)",
             "index dupes_x on dupes is NOT READY (a CREATE INDEX CONCURRENTLY failed or is running)",
         ]

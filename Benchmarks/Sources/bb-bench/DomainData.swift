@@ -12,7 +12,7 @@ struct DomainData {
 
     static let zones = ["America/New_York", "Europe/London", "Australia/Adelaide", "America/Los_Angeles", "Asia/Tokyo"]
     static let columns = ["id", "child_id", "logged_by", "updated_by", "event_type", "start_time", "start_tz", "start_offset_seconds",
-                          "end_time", "end_tz", "end_offset_seconds", "data", "notes", "change_xid", "change_seq"]
+                          "end_time", "end_tz", "end_offset_seconds", "data", "notes", "change_seq"]
 
     /// Creates `count` users and children (one family each); returns them.
     static func families(_ connection: PostgresConnection, count: Int, tag: String) async throws -> [Family] {
@@ -35,7 +35,8 @@ struct DomainData {
 
     /// Loads `days` days of events per family, ending at `end`; returns the row count.
     /// Triggers are off during the load (session_replication_role = replica), so the sync
-    /// cursor columns are written here; constraints and indexes still apply.
+    /// stamps are written here (and the children's counters after); constraints and indexes
+    /// still apply.
     static func load(_ connection: PostgresConnection, families: [Family], days: Int, end: Date, eventsPerDay: Int? = nil) async throws -> Int {
         try await connection.executeUnsafeRawSQL("SET session_replication_role = replica")
         defer { Task { try? await connection.executeUnsafeRawSQL("SET session_replication_role = DEFAULT") } }
@@ -84,13 +85,18 @@ struct DomainData {
                         try writer.append([
                             UUID(), family.child, family.user, family.user, event.type, start, family.zone, offset,
                             endDate, endDate == nil ? nil : family.zone, endOffset, documents[event.doc], event.note,
-                            XID8(value: 3), sequence,
+                            sequence,
                         ])
                     }
                 }
             }
         }
-        try await connection.executeUnsafeRawSQL("SET session_replication_role = DEFAULT")
+        // Each child's sync counter starts above the stamps written by hand.
+        try await connection.executeUnsafeRawSQL("""
+            UPDATE children c SET change_seq = s.top + 1, record_seq = s.top + 1
+            FROM (SELECT child_id, max(change_seq) AS top FROM events GROUP BY child_id) s WHERE s.child_id = c.id;
+            SET session_replication_role = DEFAULT
+            """)
         return count
     }
 }

@@ -9,19 +9,6 @@ struct JSONB: PostgresEncodable {
     func encode(into buffer: inout [UInt8]) throws(PostgresError) { buffer.append(contentsOf: bytes) }
 }
 
-/// An `xid8` value (the sync cursor's first column).
-struct XID8: PostgresEncodable {
-    let value: UInt64
-    static var postgresType: PostgresType { .xid8 }
-    func encode(into buffer: inout [UInt8]) throws(PostgresError) { buffer.appendBigEndianUInt64(value) }
-}
-
-extension Array where Element == UInt8 {
-    mutating func appendBigEndianUInt64(_ value: UInt64) {
-        Swift.withUnsafeBytes(of: value.bigEndian) { append(contentsOf: $0) }
-    }
-}
-
 extension JSONB {
     static let wet = JSONB(#"{"contents":"wet"}"#)
 }

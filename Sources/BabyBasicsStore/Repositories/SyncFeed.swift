@@ -1,105 +1,324 @@
 import Foundation
 import Postgres
 
-/// A position in the change feed: opaque to clients, `"<xid>:<seq>"` on the wire.
+/// One page of the sync feed: what changed in the family state of the user's children.
+///
+/// Apply a page in this order: `notices` (drop the children they name), `removals`, then
+/// `children`, `caregivers` and `events` (each is the row's current version: replace what you
+/// hold by id). Then store `next`, and fetch again right away while `hasMore`.
 ///
 /// ```swift
 /// var cursor = SyncCursor.start
-/// let page = try await store.events.changes(for: userID, after: cursor, limit: 500)
-/// cursor = page.next
-/// ```
-public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringConvertible {
-    /// The writing transaction (`xid8`) of the last change seen.
-    public var transaction: UInt64
-    /// Its sequence number inside that transaction.
-    public var sequence: Int64
-
-    public static let start = SyncCursor(transaction: 0, sequence: 0)
-
-    public init(transaction: UInt64, sequence: Int64) {
-        self.transaction = transaction
-        self.sequence = sequence
-    }
-
-    /// Parses `"<xid>:<seq>"`; `nil` for anything else.
-    public init?(_ text: String) {
-        let parts = text.split(separator: ":")
-        guard parts.count == 2, let transaction = UInt64(parts[0]), let sequence = Int64(parts[1]), sequence >= 0 else { return nil }
-        self.init(transaction: transaction, sequence: sequence)
-    }
-
-    public var description: String { "\(transaction):\(sequence)" }
-
-    public init(from decoder: any Decoder) throws {
-        let text = try decoder.singleValueContainer().decode(String.self)
-        guard let cursor = SyncCursor(text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a sync cursor"))
-        }
-        self = cursor
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(description)
-    }
-}
-
-/// One page of the change feed.
-///
-/// ```swift
-/// let page = try await store.events.changes(for: userID, after: cursor)
-/// apply(page.events); cursor = page.next
+/// repeat {
+///     let page = try await store.events.changes(for: userID, after: cursor)
+///     local.apply(page)                // notices, removals, then upserts
+///     cursor = page.next
+/// } while page.hasMore
 /// ```
 public struct ChangePage: Sendable, Equatable {
-    /// Inserted, updated and soft-deleted events (tombstones have `deletedAt`), in feed order.
+    /// Children the client must drop (`accessRevoked`) or drop and load again (`resyncRequired`).
+    public var notices: [SyncNotice]
+    /// Rows that no longer exist: purged events, caregivers removed or gone.
+    public var removals: [SyncRemoval]
+    /// Child records that changed (name, birth date, time zone, day start, settings,
+    /// primary), and every child the user newly sees.
+    public var children: [Child]
+    /// Memberships that were added or changed (role).
+    public var caregivers: [ChildCaregiver]
+    /// Events inserted, edited, soft-deleted (`deletedAt` set) or restored, at their
+    /// current version.
     public var events: [Event]
-    /// Where the next page starts (the same cursor when nothing new was committed).
+    /// Where the next page starts.
     public var next: SyncCursor
-    /// Whether `limit` cut the page (fetch again right away).
+    /// Whether `limit` cut the page: fetch again right away.
     public var hasMore: Bool
 }
 
+/// A typed answer about one child of the cursor.
+///
+/// ```swift
+/// for notice in page.notices {
+///     switch notice {
+///     case .accessRevoked(let child): local.forget(child)
+///     case .resyncRequired(let child): local.forget(child)   // its whole state follows
+///     }
+/// }
+/// ```
+public enum SyncNotice: Sendable, Equatable, Hashable {
+    /// The user no longer sees this child (removed, left, or the child was deleted). Forget it.
+    case accessRevoked(childID: UUID)
+    /// The cursor cannot continue for this child (older than the tombstone retention, from
+    /// another epoch after a restore of an older state, or ahead of the server). Forget
+    /// what you hold of it: this page and the next ones deliver its whole state again.
+    case resyncRequired(childID: UUID)
+}
+
+/// A row removed from a child's state.
+///
+/// ```swift
+/// for removal in page.removals where removal.kind == .event { local.deleteEvent(removal.id) }
+/// ```
+public struct SyncRemoval: Sendable, Equatable, Hashable {
+    public enum Kind: String, Sendable, PostgresCodable { case event, caregiver }
+    public var childID: UUID
+    public var kind: Kind
+    /// The event id, or the caregiver's user id.
+    public var id: UUID
+}
+
+/// A caregiver of one child, as the feed delivers it.
+///
+/// ```swift
+/// for change in page.caregivers { local.upsert(change.caregiver, of: change.childID) }
+/// ```
+public struct ChildCaregiver: Sendable, Equatable {
+    public var childID: UUID
+    public var caregiver: Caregiver
+}
+
 extension EventRepository {
-    /// Changes to the events of all the user's children (or of one child) after `cursor`.
+    /// The changes to the family state of the user's children (or of one child) after `cursor`.
     ///
-    /// Only changes of transactions older than the oldest still running one are returned, so
-    /// a writer that commits late is delivered late, never skipped; and every change has a
-    /// distinct position, so none is delivered twice. Hard deletions (a deleted child, the
-    /// 30-day purge) are not in the feed: a client whose cursor is older than 30 days, or that
-    /// joins an existing child, fetches that child from `SyncCursor.start`.
+    /// Per child, every change takes the next value of that child's counter while it holds the
+    /// child's row lock, so counter order is commit order: a page delivers, per child, every
+    /// committed change above the cursor's position in stamp order, and nothing uncommitted.
+    /// No other transaction, child or database can hold the feed back. Never a change twice,
+    /// never one skipped (see `Migrations/0011_sync_per_child.sql`).
+    ///
+    /// A cursor naming a child the user no longer sees gets `.accessRevoked` for it; one the
+    /// server cannot continue gets `.resyncRequired` and the child's whole state. A cursor of
+    /// another user, or a damaged one, is `StoreError.invalid(field: "cursor")`.
     public func changes(for actingUser: UUID, child childID: UUID? = nil, after cursor: SyncCursor, limit: Int = 500) async throws -> ChangePage {
         guard (1...10_000).contains(limit) else { throw StoreError.invalid(field: "limit", reason: "must be between 1 and 10000") }
-        let children: SQL = childID.map { "AND child_id = \($0)" } ?? ""
+        if let owner = cursor.user, owner != actingUser {
+            throw StoreError.invalid(field: "cursor", reason: "belongs to another account; start again from SyncCursor.start")
+        }
         return try await mappingErrors {
-            // One range scan of idx_events_child_change per child (each stops after `limit` rows),
-            // merged: the cost follows the page size, not the history. The horizon is read once.
-            let rows = try await pool.query("""
-                WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
-                mine AS (SELECT child_id FROM caregivers WHERE user_id = \(actingUser) \(children))
-                SELECT page.* FROM mine CROSS JOIN horizon
-                CROSS JOIN LATERAL (
-                    SELECT \(Event.columns), e.change_xid::text AS change_xid, e.change_xid AS position_xid, e.change_seq
-                    FROM events e
-                    WHERE e.child_id = mine.child_id
-                      AND (e.change_xid, e.change_seq) > (\(String(cursor.transaction))::xid8, \(cursor.sequence))
-                      AND e.change_xid < horizon.xmin
-                    ORDER BY e.change_xid, e.change_seq
-                    LIMIT \(limit)
-                ) AS page
-                ORDER BY page.position_xid, page.change_seq
-                LIMIT \(limit)
-                """)
-            var next = cursor
-            var events: [Event] = []
-            events.reserveCapacity(rows.count)
-            for row in rows {
-                events.append(try row.decode(as: Event.Row.self).event())
-                guard let transaction = UInt64(try row.decode(String.self, column: "change_xid")) else {
-                    throw StoreError.stateConflict(reason: "unreadable change position")
-                }
-                next = SyncCursor(transaction: transaction, sequence: try row.decode(Int64.self, column: "change_seq"))
+            try await pool.transaction(TransactionOptions(isolation: .repeatableRead, readOnly: true)) { connection in
+                try await SyncPageBuilder(user: actingUser, only: childID, cursor: cursor, limit: limit).build(on: connection)
             }
-            return ChangePage(events: events, next: next, hasMore: rows.count == limit)
+        }
+    }
+}
+
+/// Reads one page in one snapshot (a REPEATABLE READ transaction): the user's children with
+/// their counters, then the rows stamped above each position, merged per child in stamp order.
+struct SyncPageBuilder {
+    let user: UUID
+    let only: UUID?
+    let cursor: SyncCursor
+    let limit: Int
+
+    /// A child the user sees, with its counters and record.
+    private struct ChildState: Decodable {
+        var changeSeq: Int64
+        var recordSeq: Int64
+        var syncFloor: Int64
+        var epoch: UUID
+    }
+
+    private enum Item {
+        case child(Child)
+        case caregiver(ChildCaregiver)
+        case removal(SyncRemoval)
+        case event(Event)
+    }
+
+    private struct Stamped {
+        var childID: UUID
+        var seq: Int64
+        var item: Item
+    }
+
+    /// The user's children (or the one asked for) with their records and counters, and the
+    /// epoch. It also turns bitmap scans off for the rest of the feed's transaction: the
+    /// planner estimates rows per child from the table's average, and for a child with a long
+    /// history above the position a bitmap scan reads all of it and sorts, where the index
+    /// scan in stamp order stops after `limit` rows (a bounded range scan, whatever the
+    /// history). `set_config(…, true)` ends with the transaction.
+    static func children(of user: UUID, only: UUID?) -> SQL {
+        let onlyChild: SQL = only.map { "AND c.id = \($0)" } ?? ""
+        return """
+            SELECT \(Child.columns), c.change_seq, c.record_seq, c.sync_floor, s.epoch
+            FROM sync_state s
+            CROSS JOIN set_config('enable_bitmapscan', 'off', true) AS planner
+            JOIN caregivers me ON me.user_id = \(user)
+            JOIN children c ON c.id = me.child_id \(onlyChild)
+            """
+    }
+
+    /// Per child, the first `limit` events stamped above its position, in stamp order
+    /// (`events_child_change_seq_key`).
+    static func events(of children: [UUID], after positions: [Int64], limit: Int) -> SQL {
+        """
+        SELECT \(Event.columns), e.change_seq AS sync_seq
+        FROM unnest(\(children)::uuid[], \(positions)::bigint[]) AS pos(child_id, after)
+        CROSS JOIN LATERAL (
+            SELECT * FROM events
+            WHERE child_id = pos.child_id AND change_seq > pos.after
+            ORDER BY change_seq LIMIT \(limit)
+        ) AS e
+        """
+    }
+
+    /// Per child, the first `limit` memberships and the first `limit` tombstones stamped
+    /// above its position (`idx_caregivers_child_change`, `sync_tombstones_pkey`).
+    static func family(of children: [UUID], after positions: [Int64], limit: Int) -> SQL {
+        """
+        SELECT pos.child_id, f.kind, f.change_seq, f.entity_id, u.display_name, f.role, f.joined_at
+        FROM unnest(\(children)::uuid[], \(positions)::bigint[]) AS pos(child_id, after)
+        CROSS JOIN LATERAL (
+            (SELECT 'caregiver' AS source, 'caregiver' AS kind, cg.change_seq, cg.user_id AS entity_id, cg.role, cg.joined_at
+             FROM caregivers cg
+             WHERE cg.child_id = pos.child_id AND cg.change_seq > pos.after
+             ORDER BY cg.change_seq LIMIT \(limit))
+            UNION ALL
+            (SELECT 'removal', t.kind, t.change_seq, t.entity_id, NULL, NULL
+             FROM sync_tombstones t
+             WHERE t.child_id = pos.child_id AND t.change_seq > pos.after
+             ORDER BY t.change_seq LIMIT \(limit))
+        ) AS f
+        LEFT JOIN users u ON f.source = 'caregiver' AND u.id = f.entity_id
+        """
+    }
+
+    func build(on connection: isolated PostgresConnection) async throws -> ChangePage {
+        let stateRows = try await connection.query(Self.children(of: user, only: only))
+        var known = try stateRows.first?.decode(as: ChildState.self).epoch
+        if known == nil { known = try await connection.fetchValue(UUID.self, "SELECT epoch FROM sync_state") }
+        guard let epoch = known else {
+            throw StoreError.stateConflict(reason: "sync_state has no row: the database was not migrated with bbmigrate")
+        }
+        let sameEpoch = cursor.epoch == nil || cursor.epoch == epoch
+
+        var notices: [SyncNotice] = []
+        var next = cursor.positions
+        var after: [UUID: Int64] = [:]          // children with something above their position
+        var counters: [UUID: Int64] = [:]
+        var items: [Stamped] = []
+        var visible = Set<UUID>()
+        for row in stateRows {
+            let child = try row.decode(as: Child.Row.self).child
+            let state = try row.decode(as: ChildState.self)
+            visible.insert(child.id)
+            var position = cursor.positions[child.id] ?? 0
+            if position > 0 && (!sameEpoch || position < state.syncFloor || position > state.changeSeq) {
+                notices.append(.resyncRequired(childID: child.id))
+                position = 0
+            }
+            next[child.id] = position
+            counters[child.id] = state.changeSeq
+            guard position < state.changeSeq else { continue }
+            after[child.id] = position
+            if state.recordSeq > position { items.append(Stamped(childID: child.id, seq: state.recordSeq, item: .child(child))) }
+        }
+        for child in cursor.positions.keys where !visible.contains(child) && (only == nil || only == child) {
+            notices.append(.accessRevoked(childID: child))
+            next[child] = nil
+        }
+
+        // The rows above each position, at most `limit` per child and kind; `horizon` is, per
+        // child, the last stamp below which every row was read (a kind that hit `limit` may
+        // have more above it).
+        var horizon: [UUID: Int64] = [:]
+        if !after.isEmpty {
+            let ids = Array(after.keys)
+            let positions = ids.map { after[$0] ?? 0 }
+            let eventRows = try await connection.query(Self.events(of: ids, after: positions, limit: limit))
+            var perChild: [UUID: (count: Int, last: Int64)] = [:]
+            for row in eventRows {
+                let event = try row.decode(as: Event.Row.self).event()
+                let seq = try row.decode(Int64.self, column: "sync_seq")
+                items.append(Stamped(childID: event.childID, seq: seq, item: .event(event)))
+                perChild[event.childID, default: (0, 0)].count += 1
+                perChild[event.childID, default: (0, 0)].last = seq
+            }
+            for (child, read) in perChild where read.count == limit { horizon[child] = min(horizon[child] ?? .max, read.last) }
+
+            let familyRows = try await connection.query(Self.family(of: ids, after: positions, limit: limit))
+            var caregiversRead: [UUID: (count: Int, last: Int64)] = [:]
+            var removalsRead: [UUID: (count: Int, last: Int64)] = [:]
+            for row in familyRows {
+                let (child, kind, seq, entity, name, role, joined) = try row.decode((UUID, SyncRemoval.Kind, Int64, UUID, String?, CaregiverRole?, Date?).self)
+                if let role, let joined {
+                    let caregiver = Caregiver(userID: entity, displayName: name ?? "", role: role, joinedAt: joined)
+                    items.append(Stamped(childID: child, seq: seq, item: .caregiver(ChildCaregiver(childID: child, caregiver: caregiver))))
+                    caregiversRead[child, default: (0, 0)].count += 1
+                    caregiversRead[child, default: (0, 0)].last = seq
+                } else {
+                    items.append(Stamped(childID: child, seq: seq, item: .removal(SyncRemoval(childID: child, kind: kind, id: entity))))
+                    removalsRead[child, default: (0, 0)].count += 1
+                    removalsRead[child, default: (0, 0)].last = seq
+                }
+            }
+            for read in [caregiversRead, removalsRead] {
+                for (child, read) in read where read.count == limit { horizon[child] = min(horizon[child] ?? .max, read.last) }
+            }
+        }
+
+        // Per child, a prefix in stamp order; across children, interleaved by stamp.
+        var candidates = items.filter { $0.seq <= (horizon[$0.childID] ?? .max) }
+        candidates.sort { ($0.seq, $0.childID.uuidString) < ($1.seq, $1.childID.uuidString) }
+        let cut = candidates.count > limit
+        let delivered = candidates.prefix(limit)
+        var page = ChangePage(notices: notices, removals: [], children: [], caregivers: [], events: [], next: cursor, hasMore: cut || !horizon.isEmpty)
+        var complete = Set(after.keys).subtracting(horizon.keys)
+        // A child with rows after the cut is not complete.
+        for item in candidates.dropFirst(limit) { complete.remove(item.childID) }
+        for stamped in delivered {
+            next[stamped.childID] = stamped.seq
+            switch stamped.item {
+            case .child(let child): page.children.append(child)
+            case .caregiver(let caregiver): page.caregivers.append(caregiver)
+            case .removal(let removal): page.removals.append(removal)
+            case .event(let event): page.events.append(event)
+            }
+        }
+        // A child whose every row above its position was delivered is at its counter: all
+        // stamps up to it are committed and were visible in this snapshot.
+        for child in complete { next[child] = counters[child] }
+        page.next = SyncCursor(epoch: epoch, user: user, positions: next)
+        return page
+    }
+}
+
+/// A push that a child's family state changed: the trigger to fetch the sync feed now
+/// instead of at the next poll.
+///
+/// ```swift
+/// for await change in store.childChanges() {
+///     switch change {
+///     case .changed(let childID): await devices(following: childID).sendRefresh()
+///     case .missedSome: await allDevices().sendRefresh()
+///     }
+/// }
+/// ```
+public enum ChildChange: Sendable, Hashable {
+    /// A change of this child committed (one per transaction and child; a rollback sends none).
+    case changed(childID: UUID)
+    /// The listening connection was lost and replaced: changes in between were not heard.
+    case missedSome
+}
+
+extension Store {
+    /// Every committed change of any child (`NOTIFY child_changed`, sent by the sync counter),
+    /// on a connection of its own that is replaced when lost. It carries only child ids: who
+    /// may see what is decided by the feed, which the devices call next.
+    public func childChanges() -> AsyncStream<ChildChange> {
+        let events = pool.listener(channel: "child_changed").events()
+        return AsyncStream { continuation in
+            let task = Task {
+                for await event in events {
+                    switch event {
+                    case .listening: continue
+                    case .reconnected: continuation.yield(.missedSome)
+                    case .notification(let notification):
+                        if let child = UUID(uuidString: notification.payload) { continuation.yield(.changed(childID: child)) }
+                    }
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
         }
     }
 }

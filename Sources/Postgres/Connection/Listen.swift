@@ -54,3 +54,108 @@ extension PostgresConnection {
         try await execute("SELECT pg_notify(\(channel), \(payload))")
     }
 }
+
+/// Notifications of one channel on a dedicated connection that outlives connection loss.
+///
+/// It connects, runs `LISTEN`, and yields `.listening`; then every notification. When the
+/// connection is lost (the backend was terminated, the server restarted, or the network went
+/// silent: a `SELECT 1` sent after `healthCheckInterval` of quiet got no answer within the
+/// same interval, nor its cancel request within a second) it connects again, listens again
+/// and yields `.reconnected`: notifications sent in between may be lost, so re-read what you
+/// were following. It stops when the consuming task is cancelled (or the stream is
+/// dropped), and closes its connection.
+///
+/// ```swift
+/// let listener = PostgresListener(configuration: configuration, channel: "child_changed")
+/// for await event in listener.events() {
+///     switch event {
+///     case .listening, .reconnected: await refreshEveryone()
+///     case .notification(let notification): await refresh(child: notification.payload)
+///     }
+/// }
+/// ```
+public struct PostgresListener: Sendable {
+    /// What the listener reports.
+    public enum Event: Sendable, Hashable {
+        /// Listening for the first time: every notification sent from now on arrives.
+        case listening
+        /// Listening again after the connection was lost: some notifications may be missing.
+        case reconnected
+        /// A notification of the channel.
+        case notification(PostgresNotification)
+    }
+
+    public let configuration: PostgresConfiguration
+    public let channel: String
+    /// How long the connection may stay silent before a `SELECT 1` checks it (which then has
+    /// the same time to answer).
+    public var healthCheckInterval: Duration
+    /// The wait between two connection attempts.
+    public var retryDelay: Duration
+
+    public init(configuration: PostgresConfiguration, channel: String, healthCheckInterval: Duration = .seconds(30), retryDelay: Duration = .milliseconds(250)) {
+        self.configuration = configuration
+        self.channel = channel
+        self.healthCheckInterval = healthCheckInterval
+        self.retryDelay = retryDelay
+    }
+
+    /// The events, until the consuming task is cancelled.
+    public func events() -> AsyncStream<Event> {
+        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
+        let listener = self
+        let task = Task {
+            var listenedBefore = false
+            while !Task.isCancelled {
+                do {
+                    let connection = try await PostgresConnection.connect(listener.configuration)
+                    do {
+                        let notifications = try await connection.listen(listener.channel)
+                        continuation.yield(listenedBefore ? .reconnected : .listening)
+                        listenedBefore = true
+                        try await listener.forward(notifications, from: connection, to: continuation)
+                    } catch {}
+                    await connection.close()
+                } catch {}
+                if Task.isCancelled { break }
+                try? await Task.sleep(for: listener.retryDelay)
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    /// Forwards notifications until the connection is lost (throws) or the task is cancelled
+    /// (returns). A silent connection is checked with `SELECT 1` and a deadline.
+    private func forward(_ notifications: PostgresNotificationSequence, from connection: PostgresConnection,
+                         to continuation: AsyncStream<Event>.Continuation) async throws {
+        let interval = healthCheckInterval
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await notification in notifications { continuation.yield(.notification(notification)) }
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try await Task.sleep(for: interval)
+                    try await connection.execute("SELECT 1", timeout: interval)
+                }
+            }
+            // The first to finish decides: cancellation (both end) or a lost connection.
+            defer { group.cancelAll() }
+            try await group.next()
+        }
+    }
+}
+
+extension PostgresPool {
+    /// A `PostgresListener` on this pool's server, with a connection of its own (LISTEN needs
+    /// one session for as long as it listens; a pooled one is reset when it goes back).
+    ///
+    /// ```swift
+    /// for await event in pool.listener(channel: "child_changed").events() { … }
+    /// ```
+    public func listener(channel: String) -> PostgresListener {
+        PostgresListener(configuration: configuration, channel: channel)
+    }
+}

@@ -88,7 +88,7 @@ public struct PoolOptions: Sendable {
 /// await pool.close()
 /// ```
 public final class PostgresPool: Sendable {
-    private let configuration: PostgresConfiguration
+    let configuration: PostgresConfiguration
     /// The pool's limits.
     public let options: PoolOptions
     private let state = Mutex(State())

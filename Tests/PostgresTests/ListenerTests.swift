@@ -1,0 +1,66 @@
+import EmbeddedPostgres
+import Foundation
+import Postgres
+import Testing
+
+/// `PostgresListener`: notifications as they commit, and a connection that is replaced when it
+/// is lost or goes silent, saying so.
+@Suite struct ListenerTests {
+    @Test func aSilentNetworkIsDetectedAndTheListenerComesBackSayingSo() async throws {
+        let (sender, database) = try await freshConnection()
+        let proxy = try FaultProxy.start(in: database.cluster)
+        defer { proxy.stop() }
+        var configuration = PostgresConfiguration(proxy.connectionString(database: database.name))
+        configuration.connectTimeout = 2
+        let listener = PostgresListener(configuration: configuration, channel: "family news",
+                                        healthCheckInterval: .milliseconds(300), retryDelay: .milliseconds(50))
+        let heard = EventLog()
+        let task = Task { for await event in listener.events() { heard.append(event) } }
+
+        try await until { heard.events == [.listening] }
+        try await sender.notify("family news", payload: "one")
+        try await until { heard.events.count == 2 }
+        #expect(heard.events.last.map { if case .notification(let n) = $0 { n.payload == "one" && n.channel == "family news" } else { false } } == true)
+
+        // The path goes quiet: no FIN, no RST. The health check's deadline notices; once the
+        // path is back the listener listens again and reports `.reconnected`.
+        // Stay silent until the listener gave up: its health check's deadline passes, the
+        // cancel request dials the proxy (one), nothing answers it, and the listener dials a
+        // new connection (two). A shorter silence is not a loss: the held answers arrive and
+        // the listener rightly keeps its connection.
+        let dialed = proxy.connectionsAccepted
+        proxy.mode = .silent
+        try await until { proxy.connectionsAccepted >= dialed + 2 }
+        proxy.mode = .forward
+        try await until { heard.events.contains(.reconnected) }
+        let listens: SQL = """
+            SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "family news"' AND state = 'idle'
+            """
+        try await until { try await sender.fetchValue(Int.self, listens) == 1 }
+        try await sender.notify("family news", payload: "two")
+        try await until { heard.payloads.last == "two" }
+
+        // Cancelling the consumer ends the stream and closes the connection.
+        task.cancel()
+        await task.value
+        try await until { try await sender.fetchValue(Int.self, listens) == 0 }
+        #expect(heard.payloads == ["one", "two"])
+    }
+
+    private func until(_ condition: () async throws -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if try await condition() { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("the condition did not hold within 30 s", sourceLocation: sourceLocation)
+    }
+}
+
+private final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var list: [PostgresListener.Event] = []
+    func append(_ event: PostgresListener.Event) { lock.withLock { list.append(event) } }
+    var events: [PostgresListener.Event] { lock.withLock { list } }
+    var payloads: [String] { events.compactMap { if case .notification(let n) = $0 { n.payload } else { nil } } }
+}

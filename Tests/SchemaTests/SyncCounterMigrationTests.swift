@@ -1,0 +1,50 @@
+import EmbeddedPostgres
+import Foundation
+import Migrator
+import Postgres
+import Testing
+
+/// 0011 on a database that already has families: every row gets a stamp in the old feed
+/// order, counters start above them, and nothing else about the rows changes.
+@Suite struct SyncCounterMigrationTests {
+    @Test func existingRowsGetTheirCountersInTheOldFeedOrder() async throws {
+        let database = try await TestPostgres.shared.makeDatabase()
+        let connection = try await database.connect()
+        let migrator = Migrator(configuration: database.configuration, options: .init(directory: migrationsDirectory))
+        _ = try await migrator.up(to: 10)
+
+        let first = try await connection.makeFamily()
+        let second = try await connection.makeFamily()
+        let partner = try await connection.makeUser()
+        try await connection.execute("INSERT INTO caregivers (child_id, user_id) VALUES (\(first.childID), \(partner))")
+        var logged: [UUID] = []
+        for index in 0..<5 {
+            let family = index % 2 == 0 ? first : second
+            logged.append(try await connection.logEvent(family, type: "diaper", data: #"{"contents":"wet"}"#))
+        }
+        // An edit moves the first event to the end of the old feed order.
+        try await connection.execute("UPDATE events SET notes = 'edited', updated_by = logged_by WHERE id = \(logged[0])")
+        let before = try await connection.query("SELECT id, revision, updated_at FROM events ORDER BY id").map { try $0.decode((UUID, Int, Date).self) }
+        let historyBefore = try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM event_history")
+
+        _ = try await migrator.up()
+
+        let after = try await connection.query("SELECT id, revision, updated_at FROM events ORDER BY id").map { try $0.decode((UUID, Int, Date).self) }
+        #expect(after.map(\.0) == before.map(\.0) && after.map(\.1) == before.map(\.1) && after.map(\.2) == before.map(\.2),
+                "the renumbering is not an edit: no revision, no updated_at")
+        #expect(try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM event_history") == historyBefore)
+        // First child: events 2 and 4 (logged[2], logged[4]) then the edited logged[0]; then its two caregivers.
+        let stamps = try await connection.query("SELECT id, change_seq FROM events WHERE child_id = \(first.childID) ORDER BY change_seq")
+            .map { try $0.decode((UUID, Int64).self) }
+        #expect(stamps.map(\.0) == [logged[2], logged[4], logged[0]] && stamps.map(\.1) == [1, 2, 3])
+        let caregivers = try await connection.query("SELECT change_seq FROM caregivers WHERE child_id = \(first.childID) ORDER BY change_seq").decodeColumn(Int64.self)
+        #expect(caregivers == [4, 5])
+        let counters = try #require(try await connection.query("SELECT change_seq, record_seq, sync_floor FROM children WHERE id = \(first.childID)").first)
+            .decode((Int64, Int64, Int64).self)
+        #expect(counters == (6, 6, 0))
+        // The next write takes the next value.
+        let next = try await connection.logEvent(first, type: "diaper", data: #"{"contents":"dirty"}"#)
+        #expect(try await connection.fetchValue(Int64.self, "SELECT change_seq FROM events WHERE id = \(next)") == 7)
+        await connection.close()
+    }
+}
