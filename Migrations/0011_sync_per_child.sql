@@ -30,8 +30,9 @@
 -- anything committed later gets a number > N. No snapshot trick, no
 -- transaction ids: an open transaction delays only the child it wrote to
 -- (and only its own uncommitted change), never other children, databases
--- or families. A transaction that touches several children locks them in
--- child-id order first (delete_user_account, purge_deleted_events).
+-- or families. A transaction that touches several children takes them in
+-- child-id order (delete_user_account locks them all first;
+-- purge_deleted_events and a display-name change go one child at a time).
 --
 -- Lock order: a row, then its child. UPDATE and DELETE lock the row before
 -- their triggers run; the INSERT triggers first lock an existing row with
@@ -111,14 +112,16 @@ INSERT INTO sync_state DEFAULT VALUES;
 -- renumbering (it is not an edit: no revision, no history row).
 ------------------------------------------------------------------------------
 
-ALTER TABLE events DISABLE TRIGGER USER;
+-- Exactly these two (not DISABLE TRIGGER USER, whose ENABLE would also
+-- re-enable a trigger an operator had disabled on purpose).
+ALTER TABLE events DISABLE TRIGGER events_bookkeeping, DISABLE TRIGGER events_record_history;
 UPDATE events AS e
    SET change_seq = n.seq
   FROM (SELECT id, row_number() OVER (PARTITION BY child_id ORDER BY change_xid, change_seq) AS seq
           FROM events) AS n
  WHERE e.id = n.id;
 
-ALTER TABLE events ENABLE TRIGGER USER;
+ALTER TABLE events ENABLE TRIGGER events_bookkeeping, ENABLE TRIGGER events_record_history;
 
 UPDATE caregivers AS cg
    SET change_seq = n.seq
@@ -156,25 +159,81 @@ CREATE INDEX idx_caregivers_child_change ON caregivers (child_id, change_seq);
 -- The counter's functions
 ------------------------------------------------------------------------------
 
+-- The first stamp of a child in a statement updates the child's row (the
+-- lock, held to commit, and the counter). Later stamps of the same child in
+-- the same statement count on in one transaction-local setting,
+--     bb_sync.counters = '<child id>:<last stamp>:<1 if the row is behind>;...'
+-- and the statement's end writes the row once and empties the setting
+-- (sync_flush_counters): a COPY or an UPDATE of 10,000 events of one child
+-- makes two row versions of the child, not 10,000 (each of which the next
+-- would have to walk past: the cost grew with the square of the rows). The
+-- setting holds only the children of the running statement; set_config(...,
+-- true) values roll back with a savepoint, like the row itself.
+--
+-- The setting is a cache, never trusted: any session can SET it. A stamp
+-- taken from it re-locks the child row (SELECT ... FOR NO KEY UPDATE, which
+-- writes nothing when this transaction holds the lock already) and never
+-- goes below the row's counter, so a forged or stale value can make a gap
+-- in the numbers (harmless: positions are "everything up to N"), never a
+-- stamp without the lock or a number already given out.
 CREATE FUNCTION sync_next_seq(p_child_id uuid) RETURNS bigint
 LANGUAGE plpgsql
 SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
-    v_seq bigint;
+    v_map  text := coalesce(current_setting('bb_sync.counters', true), '');
+    v_last text := substring(v_map from p_child_id::text || ':(\d+):');
+    v_seq  bigint;
 BEGIN
-    UPDATE public.children SET change_seq = change_seq + 1
-     WHERE id = p_child_id
-    RETURNING change_seq INTO v_seq;
-    IF v_seq IS NOT NULL THEN
+    IF v_last IS NULL THEN
+        UPDATE public.children SET change_seq = change_seq + 1
+         WHERE id = p_child_id
+        RETURNING change_seq INTO v_seq;
+        IF v_seq IS NULL THEN
+            RETURN NULL;     -- no such child (being deleted in this transaction)
+        END IF;
         PERFORM pg_notify('child_changed', p_child_id::text);
+        v_map := v_map || p_child_id::text || ':' || v_seq || ':0;';
+    ELSE
+        SELECT change_seq INTO v_seq FROM public.children
+         WHERE id = p_child_id
+           FOR NO KEY UPDATE;
+        IF v_seq IS NULL THEN
+            RETURN NULL;
+        END IF;
+        v_seq := greatest(v_seq, v_last::bigint) + 1;
+        v_map := regexp_replace(v_map, p_child_id::text || ':\d+:[01];', p_child_id::text || ':' || v_seq || ':1;');
     END IF;
-    RETURN v_seq;    -- NULL: no such child (being deleted in this transaction)
+    PERFORM set_config('bb_sync.counters', v_map, true);
+    RETURN v_seq;
 END
 $$;
 
 REVOKE ALL ON FUNCTION sync_next_seq(uuid) FROM PUBLIC;
+
+CREATE FUNCTION sync_flush_counters() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, public, pg_temp
+AS $$
+DECLARE
+    v_map   text := current_setting('bb_sync.counters', true);
+    v_entry text[];
+BEGIN
+    IF v_map IS NULL OR v_map = '' THEN
+        RETURN NULL;
+    END IF;
+    FOR v_entry IN SELECT regexp_matches(v_map, '([0-9a-f-]{36}):(\d+):1;', 'g') LOOP
+        UPDATE public.children SET change_seq = v_entry[2]::bigint
+         WHERE id = v_entry[1]::uuid AND change_seq < v_entry[2]::bigint;
+    END LOOP;
+    PERFORM set_config('bb_sync.counters', '', true);
+    RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION sync_flush_counters() FROM PUBLIC;
 
 CREATE FUNCTION sync_record_removal() RETURNS trigger
 LANGUAGE plpgsql
@@ -184,6 +243,10 @@ AS $$
 DECLARE
     v_seq bigint;
 BEGIN
+    -- A child deleted in this transaction (its rows cascade) keeps no tombstones.
+    IF NOT EXISTS (SELECT 1 FROM public.children WHERE id = OLD.child_id) THEN
+        RETURN NULL;
+    END IF;
     v_seq := public.sync_next_seq(OLD.child_id);
     IF v_seq IS NOT NULL THEN
         INSERT INTO public.sync_tombstones (child_id, change_seq, kind, entity_id)
@@ -214,17 +277,29 @@ $$;
 CREATE FUNCTION children_sync_record() RETURNS trigger
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_map  text;
+    v_last text;
 BEGIN
     IF TG_OP = 'INSERT' THEN
         NEW.change_seq := 1;
         NEW.record_seq := 1;
         NEW.sync_floor := 0;
     ELSE
-        -- The row is locked by this UPDATE: the same argument as sync_next_seq().
-        NEW.change_seq := OLD.change_seq + 1;
+        -- The row is locked by this UPDATE: the same argument as sync_next_seq(),
+        -- counting on from the transaction's own stamps of this child if any.
+        v_map  := coalesce(current_setting('bb_sync.counters', true), '');
+        v_last := substring(v_map from NEW.id::text || ':(\d+):');
+        NEW.change_seq := greatest(OLD.change_seq, coalesce(v_last::bigint, 0)) + 1;
         NEW.record_seq := NEW.change_seq;
         NEW.sync_floor := OLD.sync_floor;
         NEW.updated_at := now();
+        IF v_last IS NULL THEN
+            v_map := v_map || NEW.id::text || ':' || NEW.change_seq || ':0;';
+        ELSE
+            v_map := regexp_replace(v_map, NEW.id::text || ':\d+:[01];', NEW.id::text || ':' || NEW.change_seq || ':0;');
+        END IF;
+        PERFORM set_config('bb_sync.counters', v_map, true);
         PERFORM pg_notify('child_changed', NEW.id::text);
     END IF;
     RETURN NEW;
@@ -310,6 +385,15 @@ CREATE TRIGGER caregivers_sync_removal
     AFTER DELETE ON caregivers
     FOR EACH ROW EXECUTE FUNCTION sync_record_removal('caregiver', 'user_id');
 
+-- The counter rows of the children a statement stamped more than once.
+CREATE TRIGGER events_sync_flush
+    AFTER INSERT OR UPDATE OR DELETE ON events
+    FOR EACH STATEMENT EXECUTE FUNCTION sync_flush_counters();
+
+CREATE TRIGGER caregivers_sync_flush
+    AFTER INSERT OR UPDATE OR DELETE ON caregivers
+    FOR EACH STATEMENT EXECUTE FUNCTION sync_flush_counters();
+
 -- The record's own columns: a counter bump (change_seq) or a floor change
 -- alone is not a change of the record and must not move updated_at.
 DROP TRIGGER children_set_updated_at ON children;
@@ -327,8 +411,38 @@ CREATE TRIGGER children_sync_record_update
     EXECUTE FUNCTION children_sync_record();
 
 ------------------------------------------------------------------------------
--- Multi-child writers lock children in id order, then write
+-- Writers of several children take them in id order
 ------------------------------------------------------------------------------
+
+-- A caregiver's display name is part of each of their children's family
+-- state (ChildCaregiver): a rename re-stamps their memberships, one child at
+-- a time in id order (sync_stamp_row takes each stamp).
+CREATE FUNCTION users_sync_display_name() RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_child uuid;
+BEGIN
+    FOR v_child IN
+        SELECT cg.child_id FROM caregivers AS cg WHERE cg.user_id = NEW.id ORDER BY cg.child_id
+    LOOP
+        UPDATE caregivers SET change_seq = change_seq
+         WHERE child_id = v_child AND user_id = NEW.id;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER users_sync_display_name
+    AFTER UPDATE OF display_name ON users
+    FOR EACH ROW
+    WHEN (OLD.display_name IS DISTINCT FROM NEW.display_name)
+    EXECUTE FUNCTION users_sync_display_name();
+
+COMMENT ON FUNCTION users_sync_display_name() IS
+'Trigger function (AFTER UPDATE OF display_name on users): re-stamps the user''s caregivers rows child by child in id order, so each child''s sync feed delivers the new name.';
+COMMENT ON TRIGGER users_sync_display_name ON users IS
+'A display name change reaches every child''s sync feed the user belongs to (users_sync_display_name).';
 
 CREATE OR REPLACE FUNCTION purge_deleted_events(older_than interval DEFAULT '30 days')
 RETURNS bigint
@@ -337,51 +451,54 @@ SECURITY DEFINER
 SET search_path = pg_catalog, public, pg_temp
 AS $$
 DECLARE
-    v_count bigint;
+    v_cutoff  timestamptz;
+    v_child   uuid;
+    v_deleted bigint;
+    v_count   bigint := 0;
 BEGIN
     IF older_than IS NULL OR older_than < interval '30 days' THEN
         RAISE EXCEPTION 'purge_deleted_events: older_than must be at least 30 days (PRD 11 recovery window), got %',
                         coalesce(older_than::text, 'NULL')
             USING ERRCODE = 'invalid_parameter_value';      -- 22023
     END IF;
+    v_cutoff := now() - older_than;
 
-    -- Every child this touches, locked in id order (no deadlock with another
-    -- multi-child writer), before any counter moves.
-    PERFORM 1 FROM public.children AS c
-     WHERE c.id IN (SELECT e.child_id FROM public.events AS e WHERE e.deleted_at < now() - older_than
-                    UNION
-                    SELECT t.child_id FROM public.sync_tombstones AS t WHERE t.removed_at < now() - older_than)
-     ORDER BY c.id
-       FOR NO KEY UPDATE;
-
-    -- event_history rows go with their event (ON DELETE CASCADE); each
-    -- purged event leaves a tombstone (trigger events_sync_removal). A
+    -- One child at a time, in id order, one statement per step: each DELETE
+    -- locks its rows, then (its first tombstone) the child, the same order as
+    -- an edit or a restore, and the counter cache holds one child. A
     -- concurrent restore wins: the row no longer matches when re-checked.
-    WITH purged AS (
+    FOR v_child IN
+        SELECT e.child_id FROM public.events AS e WHERE e.deleted_at < v_cutoff
+        UNION
+        SELECT t.child_id FROM public.sync_tombstones AS t WHERE t.removed_at < v_cutoff
+        ORDER BY 1
+    LOOP
+        -- event_history rows go with their event (ON DELETE CASCADE); each
+        -- purged event leaves a tombstone (trigger events_sync_removal).
         DELETE FROM public.events
-         WHERE deleted_at < now() - older_than
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_count FROM purged;
+         WHERE child_id = v_child AND deleted_at < v_cutoff;
+        GET DIAGNOSTICS v_deleted = ROW_COUNT;
+        v_count := v_count + v_deleted;
 
-    -- Tombstones older than the same window go; a cursor below the highest
-    -- stamp removed may have missed a removal: children.sync_floor.
-    WITH pruned AS (
-        DELETE FROM public.sync_tombstones
-         WHERE removed_at < now() - older_than
-        RETURNING child_id, change_seq
-    )
-    UPDATE public.children AS c
-       SET sync_floor = greatest(c.sync_floor, p.highest)
-      FROM (SELECT child_id, max(change_seq) AS highest FROM pruned GROUP BY child_id) AS p
-     WHERE c.id = p.child_id;
+        -- Tombstones older than the same window go; a cursor below the
+        -- highest stamp removed may have missed a removal: sync_floor.
+        WITH pruned AS (
+            DELETE FROM public.sync_tombstones
+             WHERE child_id = v_child AND removed_at < v_cutoff
+            RETURNING change_seq
+        )
+        UPDATE public.children AS c
+           SET sync_floor = greatest(c.sync_floor, p.highest)
+          FROM (SELECT max(change_seq) AS highest FROM pruned) AS p
+         WHERE c.id = v_child AND p.highest IS NOT NULL;
+    END LOOP;
 
     RETURN v_count;
 END
 $$;
 
 COMMENT ON FUNCTION purge_deleted_events(interval) IS
-'Hard-deletes events soft-deleted more than older_than ago (default and minimum 30 days, PRD 11) together with their event_history, each leaving a sync tombstone; then removes sync tombstones older than older_than and raises children.sync_floor to the highest stamp removed (older cursors must resync the child). Returns the number of events deleted. Locks the children it touches in id order first. SECURITY DEFINER with search_path pinned to pg_catalog, public, pg_temp. older_than NULL or < 30 days: SQLSTATE 22023. Run it from a daily job.';
+'Hard-deletes events soft-deleted more than older_than ago (default and minimum 30 days, PRD 11) together with their event_history, each leaving a sync tombstone; then removes sync tombstones older than older_than and raises children.sync_floor to the highest stamp removed (older cursors must resync the child). Returns the number of events deleted. Works one child at a time in id order (rows, then the child, like an edit). SECURITY DEFINER with search_path pinned to pg_catalog, public, pg_temp. older_than NULL or < 30 days: SQLSTATE 22023. Run it from a daily job.';
 
 -- delete_user_account: as in 0007, plus the children of events it
 -- de-attributes (children the user may have left) in the first lock.
@@ -577,7 +694,11 @@ DO $$ BEGIN PERFORM setup_roles_and_grants(); END $$;
 COMMENT ON FUNCTION setup_roles_and_grants() IS
 'Creates babybasics_app and babybasics_readonly (NOLOGIN) if missing and allowed (NOTICE otherwise), then grants the least-privilege set to the roles that exist (children: no INSERT/UPDATE of the sync counters). Idempotent; run it as the schema owner again after an administrator created the roles by hand (managed databases without CREATEROLE).';
 COMMENT ON FUNCTION sync_next_seq(uuid) IS
-'Takes the child''s next sync counter value (UPDATE children SET change_seq = change_seq + 1 ... RETURNING), which locks the child row to the end of the transaction, so that per child counter order is commit order; sends pg_notify(''child_changed'', child_id), delivered at COMMIT. NULL when the child does not exist. SECURITY DEFINER: the application role cannot write the counters itself.';
+'Takes the child''s next sync counter value. The first time in a transaction: UPDATE children SET change_seq = change_seq + 1 ... RETURNING, which locks the child row to the end of the transaction (so per child counter order is commit order), and pg_notify(''child_changed'', child_id), delivered at COMMIT. Later times in the same statement: counts on from the transaction-local setting bb_sync.counters (a cache: the child row is locked again FOR NO KEY UPDATE and the stamp never goes below its counter, so a forged setting cannot skip the lock or reuse a number), written to the row at the end of the statement (sync_flush_counters). NULL when the child does not exist. SECURITY DEFINER: the application role cannot write the counters itself.';
+COMMENT ON FUNCTION sync_flush_counters() IS
+'Statement trigger function (AFTER each statement on events and caregivers): writes children.change_seq for the children whose later stamps in this statement were counted in the transaction-local setting bb_sync.counters (see sync_next_seq), once per child and statement, then empties the setting.';
+COMMENT ON TRIGGER events_sync_flush ON events IS 'Writes the counters of the children this statement stamped more than once (sync_flush_counters).';
+COMMENT ON TRIGGER caregivers_sync_flush ON caregivers IS 'Writes the counters of the children this statement stamped more than once (sync_flush_counters).';
 COMMENT ON FUNCTION sync_record_removal() IS
 'Trigger function (AFTER DELETE on events and caregivers; arguments: the kind, the id column): stamps the removal with the child''s next counter value and stores it in sync_tombstones. Nothing when the child itself is being deleted (its caregivers learn that from the feed).';
 COMMENT ON FUNCTION sync_stamp_row() IS

@@ -118,6 +118,7 @@ private struct RolledBack: Error {}
         let writersDone = ManagedFlag()
         let rolledBackIDs = LockedSet<UUID>()
         let deadlocks = Counter()
+        let committedInserts = Counter()
 
         let readers = [1, 7, 50].map { limit in
             Task { () throws -> SyncReplica in
@@ -143,14 +144,16 @@ private struct RolledBack: Error {}
                     let connection = try await database.connect()
                     for step in 0..<15 {
                         let child = children[(writer + step) % 3]
-                        let rollBack = Int.random(in: 0..<5) == 0
+                        // The mix is fixed (58 committed inserts, 36 roll-backs); the timing is not.
+                        let operation = (writer * 3 + step * 7) % 10
+                        let rollBack = (writer + step * 2) % 5 == 0
                         let marker = rollBack ? "rollback" : "w\(writer)s\(step)"
                         let id = UUID()
                         // A deadlock (40P01) rolls the victim back whole; like the store, run it again.
                         for attempt in 1...5 {
                         do {
                             try await connection.transaction { connection in
-                                switch Int.random(in: 0..<10) {
+                                switch operation {
                                 case 0..<4:
                                     try await connection.execute("""
                                         INSERT INTO events (id, child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data, notes)
@@ -182,6 +185,7 @@ private struct RolledBack: Error {}
                                 try await Task.sleep(for: .milliseconds(Int.random(in: 0...30)))
                                 if rollBack { throw RolledBack() }
                             }
+                            if operation < 4 { committedInserts.add() }
                             break
                         } catch is RolledBack {
                             rolledBackIDs.insert(id)
@@ -200,7 +204,8 @@ private struct RolledBack: Error {}
         print("sync stress: \(deadlocks.value) deadlock(s) detected by PostgreSQL and retried")
 
         let final = try await FamilyState.read(fixture.admin, user: parent.id)
-        #expect(final.events.count > 50, "the writers committed too little to prove anything: \(final)")
+        #expect(committedInserts.value >= 50, "the writers committed too little to prove anything: \(committedInserts.value) inserts")
+        #expect(final.events.count == committedInserts.value, "every committed insert is one event: \(final)")
         for (limit, reader) in zip([1, 7, 50], readers) {
             let replica = try await reader.value
             #expect(replica.state == final, "reader with limit \(limit) ended with \(replica.state), the server has \(final)")
@@ -402,6 +407,20 @@ private struct RolledBack: Error {}
         let resync = try await fixture.store.events.changes(for: alice.id, after: alices.cursor)
         #expect(resync.notices == [.resyncRequired(childID: child.id)])
         #expect(resync.events.map(\.id) == [event.id])
+        // With a second child, a page asked for one child after a new epoch still tells the
+        // client to start the other one over (its position belonged to the old epoch).
+        let twin = try await fixture.store.children.create(ChildDraft(name: "Twin", birthDate: PostgresDate(year: 2026, month: 1, day: 2)), as: alice.id)
+        var both = SyncReplica()
+        try await both.catchUp(fixture.store, alice.id)
+        #expect(Set(both.cursor.positions.keys) == [child.id, twin.id])
+        _ = try await fixture.admin.fetchValue(UUID.self, "SELECT sync_start_new_epoch()")
+        let filtered = try await fixture.store.events.changes(for: alice.id, child: child.id, after: both.cursor)
+        #expect(Set(filtered.notices) == [.resyncRequired(childID: child.id), .resyncRequired(childID: twin.id)])
+        #expect(filtered.next.positions[twin.id] == nil && filtered.next.positions[child.id] != nil)
+        both.apply(filtered)
+        try await both.catchUp(fixture.store, alice.id)
+        #expect(both.state == (try await FamilyState.read(fixture.admin, user: alice.id)))
+
         let limitError = StoreError.invalid(field: "limit", reason: "must be between 1 and 10000")
         await expectStoreError(limitError) { _ = try await fixture.store.events.changes(for: alice.id, after: .start, limit: 0) }
     }
@@ -448,7 +467,78 @@ private struct RolledBack: Error {}
             try await app.execute("INSERT INTO sync_tombstones (child_id, change_seq, kind, entity_id) VALUES (\(child.id), 99, 'event', \(UUID()))")
         }
         #expect(try await app.execute("UPDATE children SET name = 'Allowed' WHERE id = \(child.id)") == 1)
+
+        // The statement's counter cache is a setting anyone can SET: a forged one that claims
+        // the lock is held and the counter is low gets neither a reused number nor a stamp
+        // without the child's lock.
+        let counter = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT change_seq FROM children WHERE id = \(child.id)"))
+        let held = ManagedFlag(), release = ManagedFlag()
+        let writer = Task {
+            try await app.transaction { app in
+                try await app.execute("SELECT set_config('bb_sync.counters', \("\(child.id.uuidString.lowercased()):1:0;"), true)")
+                try await app.execute("""
+                    INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+                    SELECT \(child.id), primary_caregiver_id, 'diaper', now(), 'UTC', 0, '{"contents":"wet"}' FROM children WHERE id = \(child.id)
+                    """)
+                held.set()
+                while !release.value { try await Task.sleep(for: .milliseconds(10)) }
+            }
+        }
+        while !held.value { try await Task.sleep(for: .milliseconds(10)) }
+        let locked = await #expect(throws: PostgresError.self, "the forged cache let the stamp skip the child's lock") {
+            try await fixture.admin.execute("SELECT 1 FROM children WHERE id = \(child.id) FOR NO KEY UPDATE NOWAIT")
+        }
+        #expect(locked?.kind == .lockNotAvailable)
+        release.set()
+        try await writer.value
+        let stamp = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT max(change_seq) FROM events WHERE child_id = \(child.id)"))
+        let after = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT change_seq FROM children WHERE id = \(child.id)"))
+        #expect(stamp > counter && after == stamp, "a forged cache gave stamp \(stamp) with the counter at \(counter) before, \(after) after")
         await app.close()
+    }
+
+    /// A child new to the client arrives before anything of it, even one row a page, and is
+    /// not sent again when the position passes its record's stamp; a caregiver's new display
+    /// name reaches the feed.
+    @Test func aNewChildsRecordComesFirstAndOnce() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "UTC")
+        for hour in 8...10 { _ = try await fixture.log(child, alice, .diaper(.wet), at("2026-11-20 \(hour):00", "UTC")) }
+        _ = try await fixture.store.children.update(child.id, with: ChildChanges(name: "Renamed after three events"), as: alice.id)
+        _ = try await fixture.log(child, alice, .diaper(.dirty), at("2026-11-20 11:00", "UTC"))
+
+        var replica = SyncReplica()
+        let first = try await fixture.store.events.changes(for: alice.id, after: replica.cursor, limit: 1)
+        #expect(first.children.map(\.name) == ["Renamed after three events"] && first.events.isEmpty && first.hasMore)
+        replica.apply(first)
+        var order: [String] = []
+        while true {
+            let page = try await fixture.store.events.changes(for: alice.id, after: replica.cursor, limit: 1)
+            order += page.children.map { "child \($0.name)" } + page.events.map { "event \($0.id)" } + page.caregivers.map { "caregiver \($0.caregiver.displayName)" }
+            replica.apply(page)
+            if !page.hasMore { break }
+        }
+        #expect(!order.contains { $0.hasPrefix("child") }, "the record was sent again: \(order)")
+        #expect(replica.repeated.isEmpty, "given twice: \(replica.repeated)")
+        let server = try await FamilyState.read(fixture.admin, user: alice.id)
+        #expect(replica.events.count == 4 && replica.state == server)
+
+        // A later rename of the child is delivered at its stamp, after the events before it.
+        _ = try await fixture.log(child, alice, .diaper(.wet), at("2026-11-20 12:00", "UTC"))
+        _ = try await fixture.store.children.update(child.id, with: ChildChanges(name: "Again"), as: alice.id)
+        let later = try await fixture.store.events.changes(for: alice.id, after: replica.cursor, limit: 1)
+        #expect(later.events.count == 1 && later.children.isEmpty)
+        let rename = try await fixture.store.events.changes(for: alice.id, after: later.next, limit: 1)
+        #expect(rename.children.map(\.name) == ["Again"])
+
+        // A display name change re-stamps the memberships; an unchanged name does not.
+        let app = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_app"))
+        defer { Task { await app.close() } }
+        try await app.execute("UPDATE users SET display_name = display_name WHERE id = \(alice.id)")
+        #expect(try await fixture.store.events.changes(for: alice.id, after: rename.next).caregivers.isEmpty)
+        try await app.execute("UPDATE users SET display_name = 'Mum' WHERE id = \(alice.id)")
+        let named = try await fixture.store.events.changes(for: alice.id, after: rename.next)
+        #expect(named.caregivers.map(\.caregiver.displayName) == ["Mum"] && named.events.isEmpty)
     }
 
     /// `pg_dump` of the database restored into a new cluster: a cursor from before the dump

@@ -20,6 +20,10 @@ public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringCo
     public internal(set) var user: UUID?
     /// Per child: every change with a stamp up to this value has been delivered.
     public internal(set) var positions: [UUID: Int64]
+    /// Per child new to the client: the stamp of the child record it was given ahead of its
+    /// position (a child's record comes before its rows, so the record is not sent again
+    /// when the position passes that stamp). Only entries above the position are kept.
+    var recordsAhead: [UUID: Int64] = [:]
 
     /// Nothing seen yet: the first page delivers every child's whole state.
     public static let start = SyncCursor(epoch: nil, user: nil, positions: [:])
@@ -28,10 +32,11 @@ public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringCo
     static let maximumChildren = 1_000
     private static let version = "2"
 
-    init(epoch: UUID?, user: UUID?, positions: [UUID: Int64]) {
+    init(epoch: UUID?, user: UUID?, positions: [UUID: Int64], recordsAhead: [UUID: Int64] = [:]) {
         self.epoch = epoch
         self.user = user
         self.positions = positions
+        self.recordsAhead = recordsAhead.filter { child, record in positions[child].map { record > $0 } ?? false }
     }
 
     /// Parses a token; `nil` for anything that is not exactly a token this library wrote.
@@ -49,17 +54,23 @@ public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringCo
               let user = UUID(uuidString: String(fields[1]))
         else { return nil }
         var positions: [UUID: Int64] = [:]
+        var recordsAhead: [UUID: Int64] = [:]
         if !fields[2].isEmpty {
+            // "child:position", or "child:position:record" with record > position.
             for entry in fields[2].split(separator: ",", omittingEmptySubsequences: false) {
                 let parts = entry.split(separator: ":", omittingEmptySubsequences: false)
-                guard parts.count == 2, let child = UUID(uuidString: String(parts[0])),
+                guard parts.count == 2 || parts.count == 3, let child = UUID(uuidString: String(parts[0])),
                       let position = Int64(parts[1]), position >= 0,
                       positions.updateValue(position, forKey: child) == nil,
                       positions.count <= Self.maximumChildren
                 else { return nil }
+                if parts.count == 3 {
+                    guard let record = Int64(parts[2]), record > position else { return nil }
+                    recordsAhead[child] = record
+                }
             }
         }
-        self.init(epoch: epoch, user: user, positions: positions)
+        self.init(epoch: epoch, user: user, positions: positions, recordsAhead: recordsAhead)
     }
 
     /// Parses a token a client sent, or throws `StoreError.invalid(field: "cursor")`.
@@ -74,7 +85,10 @@ public struct SyncCursor: Sendable, Equatable, Hashable, Codable, CustomStringCo
     public var description: String {
         guard let epoch, let user else { return "0" }
         let entries = positions.sorted { $0.key.uuidString < $1.key.uuidString }
-            .map { "\($0.key.uuidString):\($0.value)" }.joined(separator: ",")
+            .map { child, position in
+                recordsAhead[child].map { "\(child.uuidString):\(position):\($0)" } ?? "\(child.uuidString):\(position)"
+            }
+            .joined(separator: ",")
         return Self.version + "." + Data("\(epoch.uuidString)|\(user.uuidString)|\(entries)".utf8).base64URLEncoded()
     }
 

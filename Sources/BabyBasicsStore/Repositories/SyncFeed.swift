@@ -195,6 +195,8 @@ struct SyncPageBuilder {
         var next = cursor.positions
         var after: [UUID: Int64] = [:]          // children with something above their position
         var counters: [UUID: Int64] = [:]
+        var recordSeqs: [UUID: Int64] = [:]
+        var nextRecordsAhead = cursor.recordsAhead      // children not read now keep theirs
         var items: [Stamped] = []
         var visible = Set<UUID>()
         for row in stateRows {
@@ -202,19 +204,34 @@ struct SyncPageBuilder {
             let state = try row.decode(as: ChildState.self)
             visible.insert(child.id)
             var position = cursor.positions[child.id] ?? 0
+            var recordAhead = sameEpoch ? cursor.recordsAhead[child.id] ?? 0 : 0
             if position > 0 && (!sameEpoch || position < state.syncFloor || position > state.changeSeq) {
                 notices.append(.resyncRequired(childID: child.id))
                 position = 0
+                recordAhead = 0
             }
             next[child.id] = position
             counters[child.id] = state.changeSeq
+            recordSeqs[child.id] = state.recordSeq
+            nextRecordsAhead[child.id] = recordAhead > position ? recordAhead : nil
             guard position < state.changeSeq else { continue }
             after[child.id] = position
-            if state.recordSeq > position { items.append(Stamped(childID: child.id, seq: state.recordSeq, item: .child(child))) }
+            if state.recordSeq > max(position, recordAhead) {
+                // A child new to the client (position 0) gets its record before anything of
+                // it (sort key 0; it does not move the position); later, at its stamp.
+                items.append(Stamped(childID: child.id, seq: position == 0 ? 0 : state.recordSeq, item: .child(child)))
+            }
         }
-        for child in cursor.positions.keys where !visible.contains(child) && (only == nil || only == child) {
-            notices.append(.accessRevoked(childID: child))
-            next[child] = nil
+        for child in cursor.positions.keys where !visible.contains(child) {
+            if only == nil || only == child {
+                notices.append(.accessRevoked(childID: child))
+                next[child] = nil
+            } else if !sameEpoch {
+                // Not read now (another child was asked for), but its position belongs to the
+                // old epoch: it starts over on the next page that reads it.
+                notices.append(.resyncRequired(childID: child))
+                next[child] = nil
+            }
         }
 
         // The rows above each position, at most `limit` per child and kind; `horizon` is, per
@@ -266,7 +283,11 @@ struct SyncPageBuilder {
         // A child with rows after the cut is not complete.
         for item in candidates.dropFirst(limit) { complete.remove(item.childID) }
         for stamped in delivered {
-            next[stamped.childID] = stamped.seq
+            if stamped.seq == 0 {
+                nextRecordsAhead[stamped.childID] = recordSeqs[stamped.childID]
+            } else {
+                next[stamped.childID] = stamped.seq
+            }
             switch stamped.item {
             case .child(let child): page.children.append(child)
             case .caregiver(let caregiver): page.caregivers.append(caregiver)
@@ -277,7 +298,7 @@ struct SyncPageBuilder {
         // A child whose every row above its position was delivered is at its counter: all
         // stamps up to it are committed and were visible in this snapshot.
         for child in complete { next[child] = counters[child] }
-        page.next = SyncCursor(epoch: epoch, user: user, positions: next)
+        page.next = SyncCursor(epoch: epoch, user: user, positions: next, recordsAhead: nextRecordsAhead)
         return page
     }
 }
@@ -296,7 +317,8 @@ struct SyncPageBuilder {
 public enum ChildChange: Sendable, Hashable {
     /// A change of this child committed (one per transaction and child; a rollback sends none).
     case changed(childID: UUID)
-    /// The listening connection was lost and replaced: changes in between were not heard.
+    /// Changes may not have been heard: the listening connection was lost and replaced, or the
+    /// consumer fell more than 10,000 changes behind. Refresh everyone you follow.
     case missedSome
 }
 
@@ -306,14 +328,23 @@ extension Store {
     /// may see what is decided by the feed, which the devices call next.
     public func childChanges() -> AsyncStream<ChildChange> {
         let events = pool.listener(channel: "child_changed").events()
-        return AsyncStream { continuation in
+        return AsyncStream(bufferingPolicy: .bufferingOldest(10_000)) { continuation in
             let task = Task {
+                // A change dropped for want of room is reported as `.missedSome` once there is room.
+                var missed = false
+                func deliver(_ change: ChildChange) {
+                    if missed {
+                        guard case .enqueued = continuation.yield(.missedSome) else { return }
+                        missed = false
+                    }
+                    if case .dropped = continuation.yield(change) { missed = true }
+                }
                 for await event in events {
                     switch event {
                     case .listening: continue
-                    case .reconnected: continuation.yield(.missedSome)
+                    case .reconnected, .overflowed: deliver(.missedSome)
                     case .notification(let notification):
-                        if let child = UUID(uuidString: notification.payload) { continuation.yield(.changed(childID: child)) }
+                        if let child = UUID(uuidString: notification.payload) { deliver(.changed(childID: child)) }
                     }
                 }
                 continuation.finish()

@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 
 /// Notifications of the channels a connection listens to, as they arrive.
@@ -6,7 +7,9 @@ import Foundation
 /// arrives as soon as the server sends it (at the sender's COMMIT), not when the next statement
 /// runs. The sequence ends when the task is cancelled; if the connection is lost it throws, and
 /// the notifications sent meanwhile are lost (LISTEN again on a new connection, then re-read
-/// what you were notified about). `PostgresListener` does that for you.
+/// what you were notified about). `PostgresListener` does that for you. A consumer that falls
+/// more than 10,000 notifications behind is not silently skipped past: the sequence delivers
+/// what it holds, then throws (`PostgresError.Kind.misuse`), and you re-read as after a loss.
 ///
 /// ```swift
 /// for try await notification in try await connection.listen("child_changed") {
@@ -30,7 +33,12 @@ extension PostgresConnection {
         let (stream, continuation) = AsyncThrowingStream<PostgresNotification, any Error>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
         let core = self.core
         core.notificationHandler = { notification in
-            if notification.channel == channel { continuation.yield(notification) }
+            guard notification.channel == channel else { return }
+            if case .dropped = continuation.yield(notification) {
+                var error = PostgresError(kind: .misuse, message: "the consumer of LISTEN \(channel) fell more than 10,000 notifications behind, so some were dropped: re-read what you follow, then listen again")
+                error.lostConnectionOutcome = .safe
+                continuation.finish(throwing: error)
+            }
         }
         core.breakHandler = {
             var error = PostgresError(kind: .connectionFailure, message: "the listening connection was lost; notifications sent meanwhile are lost: listen again on a new connection and re-read what changed")
@@ -81,6 +89,9 @@ public struct PostgresListener: Sendable {
         case listening
         /// Listening again after the connection was lost: some notifications may be missing.
         case reconnected
+        /// The consumer fell more than 10,000 events behind: later notifications were dropped
+        /// until there was room again, so some are missing. Re-read what you follow.
+        case overflowed
         /// A notification of the channel.
         case notification(PostgresNotification)
     }
@@ -102,7 +113,8 @@ public struct PostgresListener: Sendable {
 
     /// The events, until the consuming task is cancelled.
     public func events() -> AsyncStream<Event> {
-        let (stream, continuation) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
+        let (stream, raw) = AsyncStream<Event>.makeStream(bufferingPolicy: .bufferingOldest(10_000))
+        let continuation = GapReportingContinuation(raw)
         let listener = self
         let task = Task {
             var listenedBefore = false
@@ -122,14 +134,14 @@ public struct PostgresListener: Sendable {
             }
             continuation.finish()
         }
-        continuation.onTermination = { _ in task.cancel() }
+        raw.onTermination = { _ in task.cancel() }
         return stream
     }
 
     /// Forwards notifications until the connection is lost (throws) or the task is cancelled
     /// (returns). A silent connection is checked with `SELECT 1` and a deadline.
     private func forward(_ notifications: PostgresNotificationSequence, from connection: PostgresConnection,
-                         to continuation: AsyncStream<Event>.Continuation) async throws {
+                         to continuation: GapReportingContinuation) async throws {
         let interval = healthCheckInterval
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -146,6 +158,30 @@ public struct PostgresListener: Sendable {
             try await group.next()
         }
     }
+}
+
+/// Yields events into a bounded buffer; when one had to be dropped (the consumer is more than
+/// the buffer behind), `.overflowed` goes in as soon as there is room again, before anything
+/// newer: a gap is always reported, never silent.
+final class GapReportingContinuation: Sendable {
+    private let continuation: AsyncStream<PostgresListener.Event>.Continuation
+    private let gap = Mutex(false)
+
+    init(_ continuation: AsyncStream<PostgresListener.Event>.Continuation) {
+        self.continuation = continuation
+    }
+
+    func yield(_ event: PostgresListener.Event) {
+        gap.withLock { gap in
+            if gap {
+                guard case .enqueued = continuation.yield(.overflowed) else { return }
+                gap = false
+            }
+            if case .dropped = continuation.yield(event) { gap = true }
+        }
+    }
+
+    func finish() { continuation.finish() }
 }
 
 extension PostgresPool {
