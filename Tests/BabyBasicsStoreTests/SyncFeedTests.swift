@@ -453,12 +453,14 @@ private struct RolledBack: Error {}
         #expect(page.children.first?.settings.timezone == "Asia/Tokyo" && page.children.first?.settings.dayStartTime == PostgresTime(hour: 6, minute: 0))
     }
 
-    /// The application role cannot move the counters itself.
-    @Test func theCountersAreTheTriggersAlone() async throws {
+    /// The application role cannot move the stamps itself, and a stamp is drawn only under the
+    /// child's row lock: a second writer of the same child waits for the first to commit and
+    /// then draws a larger number.
+    @Test func theStampsAreTheTriggersAlone() async throws {
         let fixture = try await StoreFixture.make()
         let (_, child) = try await fixture.family(zone: "UTC")
         let app = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_app"))
-        for column in ["change_seq", "record_seq", "sync_floor"] {
+        for column in ["record_seq", "sync_floor"] {
             await #expect(throws: PostgresError.self) {
                 try await app.execute("UPDATE children SET \(identifier: column) = 0 WHERE id = \(child.id)")
             }
@@ -466,34 +468,51 @@ private struct RolledBack: Error {}
         await #expect(throws: PostgresError.self) {
             try await app.execute("INSERT INTO sync_tombstones (child_id, change_seq, kind, entity_id) VALUES (\(child.id), 99, 'event', \(UUID()))")
         }
+        for call: SQL in ["SELECT setval('sync_stamp_seq', 1)", "SELECT nextval('sync_stamp_seq')"] {
+            let refused = await #expect(throws: PostgresError.self, "the application set the sequence") { try await app.execute(call) }
+            #expect(refused?.kind == .insufficientPrivilege)
+        }
         #expect(try await app.execute("UPDATE children SET name = 'Allowed' WHERE id = \(child.id)") == 1)
+        let position = try #require(try await app.fetchValue(Int64.self, "SELECT sync_child_position(\(child.id))"))
 
-        // The statement's counter cache is a setting anyone can SET: a forged one that claims
-        // the lock is held and the counter is low gets neither a reused number nor a stamp
-        // without the child's lock.
-        let counter = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT change_seq FROM children WHERE id = \(child.id)"))
+        let insert: SQL = """
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+            SELECT \(child.id), primary_caregiver_id, 'diaper', now(), 'UTC', 0, '{"contents":"wet"}' FROM children WHERE id = \(child.id)
+            RETURNING change_seq
+            """
         let held = ManagedFlag(), release = ManagedFlag()
-        let writer = Task {
+        let first = Task {
             try await app.transaction { app in
-                try await app.execute("SELECT set_config('bb_sync.counters', \("\(child.id.uuidString.lowercased()):1:0;"), true)")
-                try await app.execute("""
-                    INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
-                    SELECT \(child.id), primary_caregiver_id, 'diaper', now(), 'UTC', 0, '{"contents":"wet"}' FROM children WHERE id = \(child.id)
-                    """)
+                let early = try await app.fetchValue(Int64.self, insert)
                 held.set()
                 while !release.value { try await Task.sleep(for: .milliseconds(10)) }
+                // Stamped while the second writer waits: the second one's number must still
+                // be larger (it draws after the lock, never before waiting for it).
+                let late = try await app.fetchValue(Int64.self, insert)
+                return (early, late)
             }
         }
         while !held.value { try await Task.sleep(for: .milliseconds(10)) }
-        let locked = await #expect(throws: PostgresError.self, "the forged cache let the stamp skip the child's lock") {
+        let locked = await #expect(throws: PostgresError.self, "a stamp was drawn without the child's lock") {
             try await fixture.admin.execute("SELECT 1 FROM children WHERE id = \(child.id) FOR NO KEY UPDATE NOWAIT")
         }
         #expect(locked?.kind == .lockNotAvailable)
+        // A second writer of the same child waits for the first one's commit.
+        let second = try await fixture.database.connect()
+        let secondPID = await second.backendPID
+        let secondStamp = Task { try await second.fetchValue(Int64.self, insert) }
+        var waiting = false
+        for _ in 0..<500 where !waiting {
+            waiting = try await fixture.admin.fetchValue(Bool.self, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = \(secondPID)") == true
+            if !waiting { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(waiting, "the second writer of the child did not wait for the first")
         release.set()
-        try await writer.value
-        let stamp = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT max(change_seq) FROM events WHERE child_id = \(child.id)"))
-        let after = try #require(try await fixture.admin.fetchValue(Int64.self, "SELECT change_seq FROM children WHERE id = \(child.id)"))
-        #expect(stamp > counter && after == stamp, "a forged cache gave stamp \(stamp) with the counter at \(counter) before, \(after) after")
+        let (early, late) = try await first.value
+        let a1 = try #require(early), a2 = try #require(late), b = try #require(try await secondStamp.value)
+        #expect(position < a1 && a1 < a2 && a2 < b, "stamps \(a1), \(a2) (first writer) then \(b) after position \(position)")
+        #expect(try await fixture.admin.fetchValue(Int64.self, "SELECT sync_child_position(\(child.id))") == b)
+        await second.close()
         await app.close()
     }
 
@@ -639,7 +658,7 @@ private struct RolledBack: Error {}
             INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data, change_seq)
                 SELECT '\(heavy.id.uuidString)', '\(alice.id.uuidString)', 'diaper', now() - g * interval '1 hour', 'UTC', 0, '{"contents":"wet"}', g + 10
                 FROM generate_series(1, 20000) g;
-            UPDATE children SET change_seq = 20010 WHERE id = '\(heavy.id.uuidString)';
+            SELECT setval('sync_stamp_seq', greatest(20010, (SELECT last_value FROM sync_stamp_seq)));
             SET session_replication_role = DEFAULT;
             ANALYZE;
             """)

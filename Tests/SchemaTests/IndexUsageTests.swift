@@ -29,7 +29,7 @@ import Testing
                        (ARRAY['{"kind":"bottle","amount_ml":120}', '{"contents":"wet"}', '{}', '{"category":"health"}'])[g % 4 + 1]::jsonb,
                        g
                 FROM children c, generate_series(1, 100) AS g;
-            UPDATE children SET change_seq = 100, record_seq = 1;
+            SELECT setval('sync_stamp_seq', greatest(100, (SELECT last_value FROM sync_stamp_seq)));
             SET session_replication_role = DEFAULT;
             ANALYZE;
             """)

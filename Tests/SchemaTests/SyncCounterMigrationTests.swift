@@ -5,7 +5,8 @@ import Postgres
 import Testing
 
 /// 0011 on a database that already has families: every row gets a stamp in the old feed
-/// order, counters start above them, and nothing else about the rows changes.
+/// order, counters start above them, and nothing else about the rows changes; 0013 then
+/// draws every stamp from one sequence that starts above them all.
 @Suite struct SyncCounterMigrationTests {
     @Test func existingRowsGetTheirCountersInTheOldFeedOrder() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
@@ -27,7 +28,7 @@ import Testing
         let before = try await connection.query("SELECT id, revision, updated_at FROM events ORDER BY id").map { try $0.decode((UUID, Int, Date).self) }
         let historyBefore = try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM event_history")
 
-        _ = try await migrator.up()
+        _ = try await migrator.up(to: 12)
 
         let after = try await connection.query("SELECT id, revision, updated_at FROM events ORDER BY id").map { try $0.decode((UUID, Int, Date).self) }
         #expect(after.map(\.0) == before.map(\.0) && after.map(\.1) == before.map(\.1) && after.map(\.2) == before.map(\.2),
@@ -45,6 +46,18 @@ import Testing
         // The next write takes the next value.
         let next = try await connection.logEvent(first, type: "diaper", data: #"{"contents":"dirty"}"#)
         #expect(try await connection.fetchValue(Int64.self, "SELECT change_seq FROM events WHERE id = \(next)") == 7)
+
+        // 0013: stamps come from one sequence, which starts above every child's counter, so a
+        // client's position stays valid and the next write of any child sorts above it.
+        let secondCounter = try #require(try await connection.fetchValue(Int64.self, "SELECT change_seq FROM children WHERE id = \(second.childID)"))
+        #expect(secondCounter < 7)
+        _ = try await migrator.up()
+        #expect(try await connection.fetchValue(Int64.self, "SELECT sync_child_position(\(first.childID))") == 7)
+        #expect(try await connection.fetchValue(Int64.self, "SELECT sync_child_position(\(second.childID))") == secondCounter)
+        let afterSequence = try await connection.logEvent(second, type: "diaper", data: #"{"contents":"dirty"}"#)
+        #expect(try await connection.fetchValue(Int64.self, "SELECT change_seq FROM events WHERE id = \(afterSequence)") == 8,
+                "the second child's next stamp is above every stamp of every child")
+        #expect(try await connection.fetchValue(Int64.self, "SELECT sync_child_position(\(second.childID))") == 8)
         await connection.close()
     }
 }

@@ -7,15 +7,15 @@ import Testing
         let (connection, _) = try await migratedDatabase()
         let family = try await connection.makeFamily()
         let id = try await connection.logEvent(family, type: "diaper", data: #"{"contents":"wet"}"#)
-        let cursor: SQL = "SELECT e.updated_at, e.revision, c.change_seq, e.change_seq FROM events e JOIN children c ON c.id = e.child_id WHERE e.id = \(id)"
+        let cursor: SQL = "SELECT e.updated_at, e.revision, sync_child_position(e.child_id), e.change_seq FROM events e WHERE e.id = \(id)"
         let before = try #require(try await connection.query(cursor).first).decode((Date, Int, Int64, Int64).self)
         try await Task.sleep(for: .milliseconds(5))
         try await connection.execute(#"UPDATE events SET data = '{"contents":"both"}', updated_by = logged_by WHERE id = \#(id)"#)
         let after = try #require(try await connection.query(cursor).first).decode((Date, Int, Int64, Int64).self)
         #expect(after.0 > before.0)
         #expect(after.1 == before.1 + 1)
-        // The child's counter moved by one and the row carries it.
-        #expect(after.2 == before.2 + 1 && after.3 == after.2 && before.3 == before.2)
+        // The row took a new stamp, above the old one, and it is the child's position.
+        #expect(after.3 > before.3 && after.2 == after.3 && before.2 == before.3)
 
         let user = try await connection.makeUser()
         let userUpdated = try #require(try await connection.fetchValue(Date.self, "SELECT updated_at FROM users WHERE id = \(user)"))

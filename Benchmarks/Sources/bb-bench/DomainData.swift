@@ -91,10 +91,9 @@ struct DomainData {
                 }
             }
         }
-        // Each child's sync counter starts above the stamps written by hand.
+        // The next stamps are drawn above the ones written by hand.
         try await connection.executeUnsafeRawSQL("""
-            UPDATE children c SET change_seq = s.top + 1, record_seq = s.top + 1
-            FROM (SELECT child_id, max(change_seq) AS top FROM events GROUP BY child_id) s WHERE s.child_id = c.id;
+            SELECT setval('sync_stamp_seq', greatest((SELECT last_value FROM sync_stamp_seq), (SELECT max(change_seq) FROM events)));
             SET session_replication_role = DEFAULT
             """)
         return count

@@ -2,8 +2,8 @@ import Foundation
 
 /// Where a client is in the sync feed: opaque to the client, a short URL-safe token on the wire.
 ///
-/// It holds, for every child the user saw at the last page, that child's change counter
-/// value read up to, plus the database's sync epoch and the user it belongs to. A client
+/// It holds, for every child the user saw at the last page, the sync stamp
+/// it has read up to, plus the database's sync epoch and the user it belongs to. A client
 /// stores `page.next.description` after applying a page and sends it back as it is.
 ///
 /// ```swift

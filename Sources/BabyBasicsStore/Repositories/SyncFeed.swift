@@ -79,11 +79,12 @@ public struct ChildCaregiver: Sendable, Equatable {
 extension EventRepository {
     /// The changes to the family state of the user's children (or of one child) after `cursor`.
     ///
-    /// Per child, every change takes the next value of that child's counter while it holds the
-    /// child's row lock, so counter order is commit order: a page delivers, per child, every
-    /// committed change above the cursor's position in stamp order, and nothing uncommitted.
-    /// No other transaction, child or database can hold the feed back. Never a change twice,
-    /// never one skipped (see `Migrations/0011_sync_per_child.sql`).
+    /// Per child, every change draws its stamp after it took the child's row lock, held to
+    /// commit, so stamp order is commit order: a page delivers, per child, every committed
+    /// change above the cursor's position in stamp order, and nothing uncommitted. No other
+    /// transaction, child or database can hold the feed back. Never a change twice, never one
+    /// skipped (see `Migrations/0011_sync_per_child.sql` and
+    /// `Migrations/0013_sync_stamps_from_one_sequence.sql`).
     ///
     /// A cursor naming a child the user no longer sees gets `.accessRevoked` for it; one the
     /// server cannot continue gets `.resyncRequired` and the child's whole state. A cursor of
@@ -102,14 +103,15 @@ extension EventRepository {
 }
 
 /// Reads one page in one snapshot (a REPEATABLE READ transaction): the user's children with
-/// their counters, then the rows stamped above each position, merged per child in stamp order.
+/// their positions, then the rows stamped above each position, merged per child in stamp order.
 struct SyncPageBuilder {
     let user: UUID
     let only: UUID?
     let cursor: SyncCursor
     let limit: Int
 
-    /// A child the user sees, with its counters and record.
+    /// A child the user sees: its position (`sync_child_position`, the highest stamp this
+    /// snapshot sees), its record's stamp and its floor.
     private struct ChildState: Decodable {
         var changeSeq: Int64
         var recordSeq: Int64
@@ -130,7 +132,7 @@ struct SyncPageBuilder {
         var item: Item
     }
 
-    /// The user's children (or the one asked for) with their records and counters, and the
+    /// The user's children (or the one asked for) with their records and positions, and the
     /// epoch. It also turns bitmap scans off for the rest of the feed's transaction: the
     /// planner estimates rows per child from the table's average, and for a child with a long
     /// history above the position a bitmap scan reads all of it and sorts, where the index
@@ -139,7 +141,7 @@ struct SyncPageBuilder {
     static func children(of user: UUID, only: UUID?) -> SQL {
         let onlyChild: SQL = only.map { "AND c.id = \($0)" } ?? ""
         return """
-            SELECT \(Child.columns), c.change_seq, c.record_seq, c.sync_floor, s.epoch
+            SELECT \(Child.columns), sync_child_position(c.id) AS change_seq, c.record_seq, c.sync_floor, s.epoch
             FROM sync_state s
             CROSS JOIN set_config('enable_bitmapscan', 'off', true) AS planner
             JOIN caregivers me ON me.user_id = \(user)
@@ -194,7 +196,7 @@ struct SyncPageBuilder {
         var notices: [SyncNotice] = []
         var next = cursor.positions
         var after: [UUID: Int64] = [:]          // children with something above their position
-        var counters: [UUID: Int64] = [:]
+        var highest: [UUID: Int64] = [:]       // per child, its highest stamp in this snapshot
         var recordSeqs: [UUID: Int64] = [:]
         var nextRecordsAhead = cursor.recordsAhead      // children not read now keep theirs
         var items: [Stamped] = []
@@ -211,7 +213,7 @@ struct SyncPageBuilder {
                 recordAhead = 0
             }
             next[child.id] = position
-            counters[child.id] = state.changeSeq
+            highest[child.id] = state.changeSeq
             recordSeqs[child.id] = state.recordSeq
             nextRecordsAhead[child.id] = recordAhead > position ? recordAhead : nil
             guard position < state.changeSeq else { continue }
@@ -274,8 +276,11 @@ struct SyncPageBuilder {
         }
 
         // Per child, a prefix in stamp order; across children, interleaved by stamp.
+        // Ties (a child's record at 0) go by child id, ranked once: no string per comparison.
+        var rank: [UUID: Int] = [:]
+        for (index, child) in visible.sorted(by: { $0.uuidString < $1.uuidString }).enumerated() { rank[child] = index }
         var candidates = items.filter { $0.seq <= (horizon[$0.childID] ?? .max) }
-        candidates.sort { ($0.seq, $0.childID.uuidString) < ($1.seq, $1.childID.uuidString) }
+        candidates.sort { ($0.seq, rank[$0.childID] ?? 0) < ($1.seq, rank[$1.childID] ?? 0) }
         let cut = candidates.count > limit
         let delivered = candidates.prefix(limit)
         var page = ChangePage(notices: notices, removals: [], children: [], caregivers: [], events: [], next: cursor, hasMore: cut || !horizon.isEmpty)
@@ -295,9 +300,9 @@ struct SyncPageBuilder {
             case .event(let event): page.events.append(event)
             }
         }
-        // A child whose every row above its position was delivered is at its counter: all
-        // stamps up to it are committed and were visible in this snapshot.
-        for child in complete { next[child] = counters[child] }
+        // A child whose every row above its position was delivered is at its highest stamp in
+        // this snapshot: every stamp of it below that is committed and was visible here.
+        for child in complete { next[child] = highest[child] }
         page.next = SyncCursor(epoch: epoch, user: user, positions: next, recordsAhead: nextRecordsAhead)
         return page
     }
@@ -323,7 +328,7 @@ public enum ChildChange: Sendable, Hashable {
 }
 
 extension Store {
-    /// Every committed change of any child (`NOTIFY child_changed`, sent by the sync counter),
+    /// Every committed change of any child (`NOTIFY child_changed`, sent with each sync stamp),
     /// on a connection of its own that is replaced when lost. It carries only child ids: who
     /// may see what is decided by the feed, which the devices call next.
     public func childChanges() -> AsyncStream<ChildChange> {
