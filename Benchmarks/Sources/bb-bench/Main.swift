@@ -246,7 +246,7 @@ struct Runner {
         let store = Store(pool: pool)
         var random = SplitMix(seed: 7)
         let calls = quick ? 100 : 400
-        var dashboard = Measurement(count: calls), timeline = Measurement(count: calls), sync = Measurement(count: 50), export = Measurement()
+        var dashboard = Measurement(count: calls), timeline = Measurement(count: calls), sync = Measurement(count: 200), export = Measurement()
         for _ in 0..<calls {
             let family = families[random.int(families.count)]
             let (_, d) = try await timed { try await store.events.dashboard(for: family.child, now: end, as: family.user) }
@@ -255,7 +255,7 @@ struct Runner {
             let (_, t) = try await timed { try await store.events.timeline(for: family.child, day: day, now: end, as: family.user) }
             timeline.latencies.append(t)
         }
-        for _ in 0..<50 {
+        for _ in 0..<200 {
             let family = families[random.int(families.count)]
             let (_, s) = try await timed { try await store.events.changes(for: family.user, after: .start, limit: 500) }
             sync.latencies.append(s)

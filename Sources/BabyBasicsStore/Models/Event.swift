@@ -142,7 +142,17 @@ public struct Event: Sendable, Equatable, Identifiable {
         e.deleted_by, e.created_at, e.updated_at, e.deleted_at, e.revision
         """
 
-    struct Row: Decodable {
+    /// `Event.columns` by name, in order: `Row` reads them by position.
+    static let columnNames = [
+        "id", "child_id", "event_type", "start_time", "start_tz", "start_offset_seconds",
+        "end_time", "end_tz", "end_offset_seconds", "data", "notes", "logged_by", "updated_by",
+        "deleted_by", "created_at", "updated_at", "deleted_at", "revision",
+    ]
+
+    /// The columns of `Event.columns`, read by position from where they start in a result
+    /// (found and checked by name once per result, not once per value: a sync page decodes
+    /// 500 of these, and the name lookups of `Decodable` were most of its time).
+    struct Row {
         var id: UUID
         var childId: UUID
         var eventType: EventType
@@ -161,6 +171,54 @@ public struct Event: Sendable, Equatable, Identifiable {
         var updatedAt: Date
         var deletedAt: Date?
         var revision: Int
+
+        /// The position of `id` in `columns`, after checking that `Event.columns` follow it
+        /// in order (a query that selects something else is a decoding error, naming it).
+        static func start(in columns: [PostgresColumn]) throws -> Int {
+            let names = Event.columnNames
+            guard let first = columns.firstIndex(where: { $0.name == names[0] }) else {
+                throw PostgresDecodingError(column: names[0], columnIndex: -1, postgresType: .unspecified, swiftType: "Event",
+                                            reason: "the result has no such column; it has: \(columns.map(\.name).joined(separator: ", "))")
+            }
+            for (offset, name) in names.enumerated() where first + offset >= columns.count || columns[first + offset].name != name {
+                throw PostgresDecodingError(column: name, columnIndex: first + offset, postgresType: .unspecified, swiftType: "Event",
+                                            reason: "expected Event.columns in order from column \(first); the result has: \(columns.map(\.name).joined(separator: ", "))")
+            }
+            return first
+        }
+
+        /// Every row of `rows` (the layout is checked once).
+        static func all(_ rows: PostgresRows) throws -> [Row] {
+            guard !rows.isEmpty else { return [] }
+            let start = try start(in: rows.columns)
+            return try rows.map { try Row($0, at: start) }
+        }
+
+        /// One row, its layout checked.
+        init(_ row: PostgresRow) throws {
+            try self.init(row, at: Self.start(in: row.columns))
+        }
+
+        init(_ row: PostgresRow, at start: Int) throws {
+            id = try row.decode(UUID.self, at: start)
+            childId = try row.decode(UUID.self, at: start + 1)
+            eventType = try row.decode(EventType.self, at: start + 2)
+            startTime = try row.decode(Date.self, at: start + 3)
+            startTz = try row.decode(String.self, at: start + 4)
+            startOffsetSeconds = try row.decode(Int.self, at: start + 5)
+            endTime = try row.decode(Date?.self, at: start + 6)
+            endTz = try row.decode(String?.self, at: start + 7)
+            endOffsetSeconds = try row.decode(Int?.self, at: start + 8)
+            data = try row.decode(EventData.self, at: start + 9)
+            notes = try row.decode(String?.self, at: start + 10)
+            loggedBy = try row.decode(UUID?.self, at: start + 11)
+            updatedBy = try row.decode(UUID?.self, at: start + 12)
+            deletedBy = try row.decode(UUID?.self, at: start + 13)
+            createdAt = try row.decode(Date.self, at: start + 14)
+            updatedAt = try row.decode(Date.self, at: start + 15)
+            deletedAt = try row.decode(Date?.self, at: start + 16)
+            revision = try row.decode(Int.self, at: start + 17)
+        }
 
         func event() throws -> Event {
             var end: EventTimestamp?

@@ -72,7 +72,7 @@ extension EventRepository {
                 timezone: try first.decode(String.self, column: "child_timezone"),
                 dayStartTime: try first.decode(PostgresTime.self, column: "child_day_start"))
             return try rows.filter { row in row.columnIndex("id").map { !row.isNull(at: $0) } ?? false }.compactMap { row in
-                BottleStatus.of(try row.decode(as: Event.Row.self).event(), settings: settings, now: now)
+                BottleStatus.of(try Event.Row(row).event(), settings: settings, now: now)
             }
         }
     }

@@ -65,8 +65,8 @@ extension EventRepository {
 
     static func timeline(_ rows: PostgresRows, day: PostgresDate?) throws -> Timeline {
         guard let first = rows.first else { throw StoreError.notFound }
-        let events = try rows.filter { row in row.columnIndex("id").map { !row.isNull(at: $0) } ?? false }
-            .map { try $0.decode(as: Event.Row.self).event() }
+        let start = try Event.Row.start(in: rows.columns)
+        let events = try rows.filter { !$0.isNull(at: start) }.map { try Event.Row($0, at: start).event() }
         return Timeline(day: day, from: try first.decode(Date.self, column: "day_from"), to: try first.decode(Date.self, column: "day_to"), events: events)
     }
 

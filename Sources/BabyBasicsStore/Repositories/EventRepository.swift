@@ -56,7 +56,7 @@ public struct EventRepository: Sendable {
             guard let row = rows.first else { throw StoreError.notFound }
             guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
-            let event = try row.decode(as: Event.Row.self).event()
+            let event = try Event.Row(row).event()
             guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
             return event
         }
@@ -79,7 +79,7 @@ public struct EventRepository: Sendable {
             guard let existing = try await pool.query("SELECT \(Event.columns) FROM events e WHERE e.child_id = \(child) AND \(filter) LIMIT 1").first else {
                 throw StoreError.map(error)
             }
-            let event = try existing.decode(as: Event.Row.self).event()
+            let event = try Event.Row(existing).event()
             throw sleep ? StoreError.sleepAlreadyActive(existing: event) : StoreError.feedingAlreadyActive(existing: event)
         } catch let error as PostgresError {
             throw StoreError.map(error)
@@ -94,7 +94,7 @@ public struct EventRepository: Sendable {
     static func memberEvent(_ rows: PostgresRows) throws -> Event? {
         guard let row = rows.first, try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
         guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { return nil }
-        return try row.decode(as: Event.Row.self).event()
+        return try Event.Row(row).event()
     }
 
     // MARK: Sleep
@@ -212,7 +212,8 @@ public struct EventRepository: Sendable {
                 SELECT \(Event.columns) FROM events e
                 WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
                 """)
-            return try one(rows, as: Event.Row.self).event()
+            guard let row = rows.first else { throw StoreError.notFound }
+            return try Event.Row(row).event()
         }
     }
 
@@ -281,8 +282,8 @@ public struct EventRepository: Sendable {
                 ) AS d ON true
                 """)
             guard let first = rows.first, try first.decode(String?.self, column: "my_role") != nil else { throw StoreError.notFound }
-            return try rows.filter { row in row.columnIndex("id").map { !row.isNull(at: $0) } ?? false }
-                .map { try $0.decode(as: Event.Row.self).event() }
+            let start = try Event.Row.start(in: rows.columns)
+            return try rows.filter { !$0.isNull(at: start) }.map { try Event.Row($0, at: start).event() }
         }
     }
 }

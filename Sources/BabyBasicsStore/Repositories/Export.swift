@@ -77,8 +77,9 @@ extension EventRepository {
                 ORDER BY e.start_time, e.id
                 """, cursor: "bb_export_json") { rows in
                 var chunk = ""
+                let start = rows.isEmpty ? 0 : try Event.Row.start(in: rows.columns)
                 for row in rows {
-                    let event = ExportedEvent(try row.decode(as: Event.Row.self).event())
+                    let event = ExportedEvent(try Event.Row(row, at: start).event())
                     chunk += (first.take() ? "" : ",") + String(decoding: try encoder.encode(event), as: UTF8.self)
                 }
                 try await write(chunk)

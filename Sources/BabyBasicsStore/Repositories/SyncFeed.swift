@@ -245,8 +245,9 @@ struct SyncPageBuilder {
             let positions = ids.map { after[$0] ?? 0 }
             let eventRows = try await connection.query(Self.events(of: ids, after: positions, limit: limit))
             var perChild: [UUID: (count: Int, last: Int64)] = [:]
+            let start = eventRows.isEmpty ? 0 : try Event.Row.start(in: eventRows.columns)
             for row in eventRows {
-                let event = try row.decode(as: Event.Row.self).event()
+                let event = try Event.Row(row, at: start).event()
                 let seq = try row.decode(Int64.self, column: "sync_seq")
                 items.append(Stamped(childID: event.childID, seq: seq, item: .event(event)))
                 perChild[event.childID, default: (0, 0)].count += 1

@@ -1,0 +1,37 @@
+@testable import BabyBasicsStore
+import Foundation
+import Postgres
+import Testing
+
+/// `Event.Row` reads `Event.columns` by position: the layout is checked by name, so a query
+/// that selects other columns, or them in another order, is a decoding error naming the
+/// column, never a value read from the wrong column.
+@Suite struct EventRowTests {
+    @Test func readsEventColumnsWhereverTheyStart() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "Europe/Paris")
+        let logged = try await fixture.log(child, alice, .feeding(.breast(startedSide: .left, bothSides: true)),
+                                           at("2026-03-29 01:30", "Europe/Paris"), end: at("2026-03-29 03:10", "Europe/Paris"), notes: "DST night")
+        let plain = try #require(try await fixture.admin.query("SELECT \(Event.columns) FROM events e").first)
+        #expect(try Event.Row(plain).event() == logged)
+        let prefixed = try await fixture.admin.query("SELECT 1 AS x, now() AS at, \(Event.columns), 'tail' AS y FROM events e")
+        #expect(try Event.Row.start(in: prefixed.columns) == 2)
+        #expect(try Event.Row.all(prefixed).map { try $0.event() } == [logged])
+    }
+
+    @Test func aQueryWithAnotherLayoutIsADecodingErrorNamingTheColumn() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "UTC")
+        _ = try await fixture.log(child, alice, .diaper(.wet), at("2026-11-20 08:00", "UTC"))
+        let cases: [(SQL, String)] = [
+            ("SELECT e.child_id, e.id, e.event_type FROM events e", "child_id"),        // not after id
+            ("SELECT e.id, e.child_id, e.event_type, e.start_time FROM events e", "start_tz"),   // cut short
+            ("SELECT e.child_id, e.revision FROM events e", "id"),                      // no id at all
+        ]
+        for (sql, column) in cases {
+            let row = try #require(try await fixture.admin.query(sql).first)
+            let error = #expect(throws: PostgresDecodingError.self, "\(sql)") { try Event.Row(row) }
+            #expect(error?.column == column, "\(String(describing: error))")
+        }
+    }
+}
