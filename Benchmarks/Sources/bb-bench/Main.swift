@@ -104,7 +104,10 @@ struct Runner {
         }
         if runs("decoding") { try await decoding(clients) }
         if runs("writes") { try await writes(clients) }
-        if runs("sync") { try await syncCost(clients) }
+        if runs("sync") {
+            try await syncCost(clients)
+            try await syncLatency(cluster: cluster, clients: clients)
+        }
         if runs("concurrency") { try await concurrency(cluster: cluster) }
         if runs("domain") { try await domain(cluster: cluster, clients: clients) }
 

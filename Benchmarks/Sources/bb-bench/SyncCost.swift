@@ -1,8 +1,11 @@
+import BabyBasicsStore
+import EmbeddedPostgres
 import Foundation
 import Postgres
 
 extension Runner {
-    /// What the per-child sync counter (migration 0011) costs a write, against the cost model
+    /// What the sync stamp (the child's row lock and `sync_stamp_seq`, migrations 0011 and
+    /// 0013) costs a write, against the cost model
     /// of the cursor it replaced, measured side by side in this run: the same triggers, with
     /// `sync_next_seq` swapped for what the old trigger did (`pg_current_xact_id()` and a
     /// global `nextval`, no child row lock, no NOTIFY).
@@ -34,10 +37,103 @@ extension Runner {
         for (name, measured) in [("\(count) single-statement event inserts", inserts), ("COPY of \(copyCount) events, triggers on", copies)] {
             guard let ours = measured["v2"], let old = measured["v1"], let a = ours.median, let b = old.median else { continue }
             results.append(CaseResult(
-                name: "Sync counter cost: \(name)", unit: "s", ours: ours,
+                name: "Sync stamp cost: \(name)", unit: "s", ours: ours,
                 goal: "≤ 1.10× the old cursor's trigger (\(duration(b)) in this run; here \(String(format: "%.2f", a / b))×)",
                 goalMet: a / b <= 1.10,
                 note: "same triggers and indexes; sync_next_seq swapped for the old cost (xid + global sequence)"))
         }
     }
+}
+
+extension Runner {
+    /// The issue's two latency promises, measured while a write transaction is held open on
+    /// another child of this database and in another database of the cluster for the whole
+    /// case (at least 5 s): a change committed on a child is delivered by the next feed page
+    /// (commit returned → page holding it returned), and `child_changed` is heard (write sent
+    /// → `store.childChanges()` yields it).
+    mutating func syncLatency(cluster: EmbeddedPostgres, clients: Clients) async throws {
+        let samples = quick ? 30 : 100
+        let families = try await DomainData.families(clients.ours, count: 2, tag: "synclatency")
+        let stuck = families[0], writer = families[1]
+        try await cluster.createDatabase("bench_other")
+        let holders = [
+            try await PostgresConnection.connect(PostgresConfiguration(try cluster.connectionString(database: "bench"))),
+            try await PostgresConnection.connect(PostgresConfiguration(try cluster.connectionString(database: "bench_other"))),
+        ]
+        try await holders[0].executeUnsafeRawSQL("BEGIN")
+        try await holders[0].execute(Clients.insertSQL(UUID(), stuck.child, stuck.user, Date()))
+        try await holders[1].executeUnsafeRawSQL("BEGIN; CREATE TABLE busy (x int); INSERT INTO busy VALUES (1)")
+
+        let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "bench")), options: PoolOptions(maximumConnections: 2))
+        let store = Store(pool: pool)
+        let heard = HeardChanges()
+        let listening = Task { for await change in store.childChanges() { if case .changed(let child) = change { heard.add(child) } } }
+        defer { listening.cancel() }
+        // The listener is up once a change of the writer's child is heard.
+        var cursor = SyncCursor.start
+        while true {
+            let page = try await store.events.changes(for: writer.user, after: cursor, limit: 5000)
+            cursor = page.next
+            if !page.hasMore { break }
+        }
+        while heard.count(of: writer.child) == 0 {
+            _ = try await store.events.log(EventDraft(childID: writer.child, payload: .diaper(.wet), start: EventTimestamp(Date(), in: .gmt)), as: writer.user)
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        cursor = try await store.events.changes(for: writer.user, after: cursor, limit: 5000).next
+
+        var delivered = Measurement(count: samples), pushed = Measurement(count: samples)
+        let started = ContinuousClock.now
+        var index = 0
+        while index < samples || ContinuousClock.now - started < .seconds(5) {
+            let before = heard.count(of: writer.child)
+            let sent = ContinuousClock.now
+            let event = try await store.events.log(EventDraft(childID: writer.child, payload: .diaper(.dirty), start: EventTimestamp(Date(), in: .gmt)), as: writer.user)
+            let committed = ContinuousClock.now
+            let page = try await store.events.changes(for: writer.user, after: cursor)
+            guard page.events.map(\.id) == [event.id] else { throw BenchError("the feed did not deliver the committed change at once: \(page.events.map(\.id))") }
+            delivered.latencies.append(seconds(ContinuousClock.now - committed))
+            cursor = page.next
+            while heard.count(of: writer.child) == before {
+                guard ContinuousClock.now - committed < .seconds(5) else { throw BenchError("child_changed not heard within 5 s of the commit") }
+                try await Task.sleep(for: .microseconds(200))
+            }
+            // From before the write was sent: an upper bound of commit → heard (the
+            // notification often arrives before the writer has its answer).
+            pushed.latencies.append(heard.lastArrival(of: writer.child).map { seconds($0 - sent) } ?? 0)
+            index += 1
+        }
+        let held = seconds(ContinuousClock.now - started)
+        let stillOpen = try await clients.ours.fetchValue(Int.self, """
+            SELECT count(*)::int FROM pg_stat_activity WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL
+            """) ?? 0
+        guard stillOpen >= 2 else { throw BenchError("the held transactions ended early (\(stillOpen) still open)") }
+        for holder in holders {
+            try await holder.executeUnsafeRawSQL("ROLLBACK")
+            await holder.close()
+        }
+        await pool.close()
+        let context = "writes held open on another child and in another database for \(String(format: "%.1f", held)) s"
+        results.append(CaseResult(name: "Sync: commit → the next feed page delivers it (\(context))", unit: "latency", ours: delivered,
+                                  goal: "p99 ≤ 100 ms", goalMet: (delivered.p99 ?? 1) <= 0.1))
+        results.append(CaseResult(name: "Sync: write sent → child_changed heard by store.childChanges() (same; an upper bound of commit → heard)", unit: "latency", ours: pushed,
+                                  goal: "p99 ≤ 100 ms", goalMet: (pushed.p99 ?? 1) <= 0.1))
+    }
+}
+
+/// When each child's `child_changed` notifications arrived (shared with the listening task).
+final class HeardChanges: @unchecked Sendable {
+    private let lock = NSLock()
+    private var counts: [UUID: Int] = [:]
+    private var last: [UUID: ContinuousClock.Instant] = [:]
+
+    func add(_ child: UUID) {
+        lock.withLock {
+            counts[child, default: 0] += 1
+            last[child] = ContinuousClock.now
+        }
+    }
+
+    func count(of child: UUID) -> Int { lock.withLock { counts[child] ?? 0 } }
+    func lastArrival(of child: UUID) -> ContinuousClock.Instant? { lock.withLock { last[child] } }
 }
