@@ -108,4 +108,33 @@ import Testing
         }
         await pool.close()
     }
+
+    /// `set_config(…, true)` ends with its transaction (the sync feed uses it): it costs no
+    /// reset on release. One that lasts for the session does, and so does one whose third
+    /// argument is not a literal `true`.
+    @Test func onlyASessionLevelSetConfigCostsAReset() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let admin = try await database.connect()
+        let pool = PostgresPool(configuration: database.configuration, options: PoolOptions(maximumConnections: 1))
+        let cases: [(SQL, Bool)] = [
+            ("SELECT set_config('application_name', 'local', true)", false),
+            ("SELECT 1 FROM set_config('work_mem', \("8MB"), TRUE) AS planner", false),
+            ("SELECT set_config('application_name', 'session', false)", true),
+            ("SELECT set_config('application_name', 'bound', \(false))", true),
+        ]
+        for (sql, resets) in cases {
+            let pid = try await pool.withConnection { connection in
+                _ = try await connection.query(sql)
+                return connection.backendPID
+            }
+            // The next lease starts after any reset of the last one has finished.
+            let last = try await pool.withConnection { _ in
+                try await admin.fetchValue(String.self, "SELECT query FROM pg_stat_activity WHERE pid = \(pid)")
+            }
+            #expect((last?.contains("RESET ALL") == true) == resets, "\(sql): the connection's last statement was \(last ?? "nothing")")
+        }
+        #expect(try await pool.fetchValue(String.self, "SELECT current_setting('application_name')") != "session", "the session-level one was reset")
+        await pool.close()
+        await admin.close()
+    }
 }
