@@ -123,20 +123,62 @@ extension SessionSettings {
     }
 
     /// Statement text that may change session state without a telling command tag (a SELECT of
-    /// pg_advisory_lock, set_config, dblink_connect…). Checked once per cached statement.
+    /// pg_advisory_lock, set_config, dblink_connect…). Runs on every pool call, so it only
+    /// scans bytes.
     ///
     /// `set_config(name, value, true)` with a literal or bound name and value and a literal
     /// `true` is transaction-local (it ends with the transaction, implicit or not), so it does
     /// not count: a session reset on release would cost the next borrower its session caches
     /// (a first write after `RESET ALL` measured 25 ms here, against 1 ms).
     static func mayChangeSession(_ text: String) -> Bool {
-        let lower = text.lowercased().replacing(transactionLocalSetConfig, with: "")
-        return ["advisory", "set_config", "dblink", "listen", "temp", "set role", "set session"].contains { lower.contains($0) }
+        let lower = text.lowercased()
+        if ["advisory", "dblink", "listen", "temp", "set role", "set session"].contains(where: { lower.contains($0) }) { return true }
+        return lower.contains("set_config") && hasSessionLevelSetConfig(Array(lower.utf8))
     }
 
-    /// `set_config('name' | $n, 'value' | $n, true)`, lower-cased.
-    static var transactionLocalSetConfig: Regex<Substring> {
-        /set_config\s*\(\s*(?:'(?:[^']|'')*'|\$\d+)\s*,\s*(?:'(?:[^']|'')*'|\$\d+)\s*,\s*true\s*\)/
+    /// Whether some `set_config(` in `text` (lower-cased) is not `set_config(a, b, true)` with
+    /// `a` and `b` each a quoted literal or a `$n` parameter.
+    static func hasSessionLevelSetConfig(_ text: [UInt8]) -> Bool {
+        let name = Array("set_config".utf8)
+        var index = 0
+        func skipSpace() { while index < text.count, [0x20, 0x09, 0x0A, 0x0D].contains(text[index]) { index += 1 } }
+        func take(_ byte: UInt8) -> Bool {
+            skipSpace()
+            guard index < text.count, text[index] == byte else { return false }
+            index += 1
+            return true
+        }
+        func argument() -> Bool {
+            skipSpace()
+            guard index < text.count else { return false }
+            if text[index] == UInt8(ascii: "$") {
+                index += 1
+                let start = index
+                while index < text.count, (0x30...0x39).contains(text[index]) { index += 1 }
+                return index > start
+            }
+            guard text[index] == UInt8(ascii: "'") else { return false }
+            index += 1
+            while index < text.count {
+                if text[index] == UInt8(ascii: "'") {
+                    if index + 1 < text.count, text[index + 1] == UInt8(ascii: "'") { index += 2; continue }
+                    index += 1
+                    return true
+                }
+                index += 1
+            }
+            return false
+        }
+        while index + name.count <= text.count {
+            guard text[index..<index + name.count].elementsEqual(name) else { index += 1; continue }
+            index += name.count
+            guard take(UInt8(ascii: "(")), argument(), take(UInt8(ascii: ",")), argument(), take(UInt8(ascii: ",")) else { return true }
+            skipSpace()
+            guard index + 4 <= text.count, text[index..<index + 4].elementsEqual("true".utf8) else { return true }
+            index += 4
+            guard take(UInt8(ascii: ")")) else { return true }
+        }
+        return false
     }
 
     /// Whether a statement must not share its connection with other callers' statements: it

@@ -112,6 +112,8 @@ public final class PostgresPool: Sendable {
         /// Open or opening.
         var total = 0
         var exclusive = 0
+        /// Being opened by `replenish()` (counted in `total`, not yet lent or idle).
+        var opening = 0
         var waiters: [UInt64: Waiter] = [:]
         var order: [UInt64] = []
         var orderHead = 0
@@ -555,26 +557,35 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// Tops the pool up to `minimumConnections`.
+    /// Tops the pool up to `minimumConnections`. `close()` waits for a connection being
+    /// opened here (and then closes it).
     private func replenish() async {
         while state.withLock({ state -> Bool in
             guard !state.closed, state.total < options.minimumConnections else { return false }
             state.total += 1
+            state.opening += 1
             return true
         }) {
             do {
                 let connection = try await PostgresConnection.connect(configuration)
-                state.withLock { $0.exclusive += 1 }
+                state.withLock { state in
+                    state.opening -= 1
+                    state.exclusive += 1
+                }
                 handBack(connection)
             } catch {
-                state.withLock { $0.total -= 1 }
+                state.withLock { state in
+                    state.total -= 1
+                    state.opening -= 1
+                    signalDrain(&state)
+                }
                 return // the next acquire reports the error
             }
         }
     }
 
     private func signalDrain(_ state: inout State) {
-        if state.closed && state.inUse == 0 {
+        if state.closed && state.inUse == 0 && state.opening == 0 {
             for waiter in state.drainWaiters { waiter.resume() }
             state.drainWaiters.removeAll()
         }
@@ -598,7 +609,7 @@ public final class PostgresPool: Sendable {
         for entry in idle { await entry.connection.close() }
         await withCheckedContinuation { continuation in
             let done = state.withLock { state -> Bool in
-                if state.inUse == 0 { return true }
+                if state.inUse == 0 && state.opening == 0 { return true }
                 state.drainWaiters.append(continuation)
                 return false
             }
