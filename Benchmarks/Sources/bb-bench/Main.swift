@@ -328,6 +328,13 @@ struct Runner {
             let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
             try handle.close()
             try Data(text.utf8).write(to: folder.appendingPathComponent("\(name).txt"))
+            if name == "sync-page" {
+                // The feed at this size: one bounded range scan of the stamp index per child.
+                let bounded = text.contains("Index Scan using events_child_change_seq_key") && !text.contains("Bitmap Heap Scan on events")
+                    && !text.contains("Sort Key: events.change_seq")
+                guard bounded else { throw BenchError("the sync page's plan is not a range scan of events_child_change_seq_key: see \(name).txt") }
+                notes.append("EXPLAIN (ANALYZE) of the sync page at \(families.count) children and this data: an Index Scan using events_child_change_seq_key per child, no sort and no bitmap scan (Benchmarks/results/explain/sync-page.txt; checked by the run).")
+            }
         }
         await pool.close()
     }
