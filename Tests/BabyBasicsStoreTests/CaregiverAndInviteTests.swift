@@ -45,6 +45,27 @@ import Testing
         await expectStoreError(.inviteUsed) { try await fixture.store.invites.revoke(invite.code, as: parent.id) }
     }
 
+    /// One rule each: an invite made in the app and one inserted by hand both last 48 hours;
+    /// `revoke` reads a code as `redeem` does (any case, spaces around).
+    @Test func invitesHaveOneLifetimeAndOneWayToReadACode() async throws {
+        let fixture = try await StoreFixture.make()
+        let (parent, child) = try await fixture.family()
+        let made = try await fixture.store.invites.create(for: child.id, as: parent.id)
+        try await fixture.admin.execute("INSERT INTO invites (code, child_id, created_by) VALUES ('HANDMADE', \(child.id), \(parent.id))")
+        let lifetimes = try await fixture.admin.query("SELECT code, extract(epoch FROM expires_at - created_at)::float8 FROM invites ORDER BY code")
+            .map { try $0.decode((String, Double).self) }
+        #expect(lifetimes.count == 2 && lifetimes.allSatisfy { $0.1 == 48 * 3600 }, "\(lifetimes)")
+
+        try await fixture.store.invites.revoke("  \(made.code.lowercased())\n", as: parent.id)
+        try await fixture.store.invites.revoke("handmade", as: parent.id)
+        #expect(try await fixture.store.invites.pending(for: child.id, as: parent.id).isEmpty)
+        await expectStoreError(.notFound) { try await fixture.store.invites.revoke("not a code at all", as: parent.id) }
+        await expectStoreError(.notFound) { try await fixture.store.invites.revoke(made.code, as: parent.id) }
+        await expectStoreError(.invalid(field: "validFor", reason: "must be between 1 minute and 30 days")) {
+            _ = try await fixture.store.invites.create(for: child.id, validFor: .seconds(59), as: parent.id)
+        }
+    }
+
     @Test func redeemingUnknownExpiredUsedAndRepeatedCodes() async throws {
         let fixture = try await StoreFixture.make()
         let (parent, child) = try await fixture.family()

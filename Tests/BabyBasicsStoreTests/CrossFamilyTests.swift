@@ -27,7 +27,7 @@ import Testing
             ("invites.pending", { _ = try await store.invites.pending(for: bobsChild.id, as: alice.id) }),
             ("invites.revoke", { try await store.invites.revoke(bobsInvite.code, as: alice.id) }),
             ("users.get", { _ = try await store.users.get(bob.id, as: alice.id) }),
-            ("users.get(email:)", { _ = try await store.users.get(email: bob.email, as: alice.id) }),
+            ("users.get(email:)", { _ = try await store.users.get(email: bob.email ?? "", as: alice.id) }),
         ]
         await expectAllNotFound(calls)
         #expect(try await fixture.store.children.list(as: alice.id).allSatisfy { $0.id != bobsChild.id })

@@ -11,6 +11,8 @@ import Testing
         #expect(dashboard.lastFeeding == nil && dashboard.lastDiaper == nil && dashboard.lastSleep == nil && dashboard.activeSleep == nil)
         #expect(dashboard.suggestedSide == nil)
         #expect(dashboard.today.summary == "0 feeds · 0 pee · 0 poop" && dashboard.today.sleepMinutes == 0 && dashboard.today.notes == 0)
+        let stats = try await fixture.store.events.quickStats(for: child.id, now: at("2026-11-20 12:00").utc, as: user.id)
+        #expect(stats.lastDiaperAt == nil && stats.lastDiaperContents == nil && stats.lastFeedAt == nil)
     }
 
     @Test func theSeedCaseAndEveryCard() async throws {
@@ -37,6 +39,7 @@ import Testing
         #expect(dashboard.activeSleep == nil)
         let stats = try await fixture.store.events.quickStats(for: child.id, now: at("2026-11-20 11:00").utc, as: user.id)
         #expect(stats.awakeMinutes == 570 && stats.sleepingMinutes == nil && stats.lastSleepMinutes == 120)
+        #expect(stats.lastDiaperAt == at("2026-11-20 09:30").utc && stats.lastDiaperContents == .both, "PRD: last diaper (time + type)")
     }
 
     @Test(arguments: [
@@ -54,6 +57,48 @@ import Testing
         dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 08:00").utc, as: user.id)
         #expect(dashboard.lastFeeding?.sideIndicator == nil && dashboard.lastFeeding?.amountMl == 90)
         #expect(dashboard.suggestedSide == suggested)
+    }
+
+    /// A day that starts in a DST gap: PostgreSQL reads the missing local time with the offset
+    /// before the gap, so the day starts that long after the gap; until then it is still
+    /// the day before, never a "today" that starts in the future with every count at 0.
+    @Test(arguments: [
+        // zone, day start, a diaper before the gap, "now" after the gap but before the day starts, the day's start, after it
+        ("America/New_York", 2, 30, "2026-03-08 01:00", "2026-03-08 03:10", "2026-03-08 03:30", "2026-03-08 03:45"),
+        ("Australia/Lord_Howe", 2, 15, "2026-10-04 01:00", "2026-10-04 02:40", "2026-10-04 02:45", "2026-10-04 02:50"),
+        // Midnight did not exist in São Paulo on 4 Nov 2018 (00:00 → 01:00): the day starts at 01:00.
+        ("America/Sao_Paulo", 0, 0, "2018-11-03 23:30", "2018-11-04 00:59", "2018-11-04 01:00", "2018-11-04 01:10"),
+    ])
+    func aDayThatStartsInADSTGap(_ zone: String, _ hour: Int, _ minute: Int, _ before: String, _ early: String, _ start: String, _ later: String) async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: zone, dayStart: PostgresTime(hour: hour, minute: minute))
+        try await fixture.log(child, user, .diaper(.wet), at(before, zone))
+        if zone != "America/Sao_Paulo" {
+            // Between the gap and the day's start: still yesterday, which holds the diaper.
+            let dashboard = try await fixture.store.events.dashboard(for: child.id, now: at(early, zone).utc, as: user.id)
+            #expect(dashboard.today.from <= at(early, zone).utc && dashboard.today.pee == 1, "\(zone): \(dashboard.today)")
+            #expect(dashboard.today.to == at(start, zone).utc)
+        }
+        let next = try await fixture.store.events.dashboard(for: child.id, now: at(later, zone).utc, as: user.id)
+        #expect(next.today.from == at(start, zone).utc && next.today.pee == 0, "\(zone): \(next.today)")
+    }
+
+    /// Two caregivers logging the same nap (or overlapping ones) count the time once: the
+    /// day's sleep is the union of its sleeps, never more than the day.
+    @Test func overlappingSleepsCountOnce() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        try await fixture.log(child, user, .sleep, at("2026-11-20 08:00"), end: at("2026-11-20 10:00"))
+        try await fixture.log(child, user, .sleep, at("2026-11-20 09:00"), end: at("2026-11-20 11:00"))
+        try await fixture.log(child, user, .sleep, at("2026-11-20 09:30"), end: at("2026-11-20 09:45"))
+        try await fixture.log(child, user, .sleep, at("2026-11-20 13:00"), end: at("2026-11-20 13:30"))
+        var dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 14:00").utc, as: user.id)
+        #expect(dashboard.today.sleepMinutes == 180 + 30)
+        // Sleeps over the whole day, twice over, and across both of its edges: 24 hours at most.
+        try await fixture.log(child, user, .sleep, at("2026-11-19 20:00"), end: at("2026-11-20 12:30"))
+        try await fixture.log(child, user, .sleep, at("2026-11-20 12:00"), end: at("2026-11-21 06:00"))
+        dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 23:59").utc, as: user.id)
+        #expect(dashboard.today.sleepMinutes == 1440, "\(dashboard.today)")
     }
 
     @Test func anActiveSleepCountsUpToNow() async throws {

@@ -17,17 +17,70 @@ import Testing
         let buffer = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
         let rows = try await parseCSV(buffer.text)
-        #expect(rows.first == ["date", "time", "event_type", "duration_minutes", "amount_prepared_oz", "amount_consumed_oz", "diaper_contents", "logged_by", "notes"])
+        #expect(rows.first == ["date", "time", "event_type", "duration_minutes", "amount_prepared_oz", "amount_consumed_oz", "diaper_contents", "logged_by", "notes",
+                               "time_zone", "utc_offset"])
         #expect(rows.dropFirst().map { Array($0) } == [
-            ["2026-11-20", "08:15", "feeding", "", "4", "3.5", "", "Parent", ""],
-            ["2026-11-20", "09:30", "sleep", "45", "", "", "", "Parent", "Fussy before sleep"],
-            // In its own zone: 15:00 in London (10:00 in New York, where the child lives).
-            ["2026-11-20", "15:00", "note", "", "", "", "", "Parent", "Medication: Vitamin D"],
-            ["2026-11-20", "14:00", "diaper", "", "", "", "both", "Parent", tricky],
+            ["2026-11-20", "08:15", "feeding", "", "4", "3.5", "", "Parent", "", "America/New_York", "-05:00"],
+            ["2026-11-20", "09:30", "sleep", "45", "", "", "", "Parent", "Fussy before sleep", "America/New_York", "-05:00"],
+            // In its own zone: 15:00 in London (10:00 in New York, where the child lives); the
+            // zone columns say why it sorts before 14:00.
+            ["2026-11-20", "15:00", "note", "", "", "", "", "Parent", "Medication: Vitamin D", "Europe/London", "+00:00"],
+            ["2026-11-20", "14:00", "diaper", "", "", "", "both", "Parent", tricky, "America/New_York", "-05:00"],
         ])
         let lastDay = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .last24Hours, now: at("2026-11-21 12:00").utc, as: user.id) { lastDay.append($0) }
         #expect(try await parseCSV(lastDay.text).count == 2)
+    }
+
+    /// OWASP "CSV injection": a note or display name that a spreadsheet would run as a formula
+    /// reads back as text with a leading `'`; anything else, and every other column, as it is.
+    @Test func formulasInNotesAndNamesAreDefused() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "Asia/Kathmandu")
+        try await fixture.admin.execute("UPDATE users SET display_name = '=HYPERLINK(\"http://x\")' WHERE id = \(user.id)")
+        let notes = ["=1+1", "+1 bottle", "-2 oz", "@SUM(A1:A9)", "\tcmd", "\rcmd", "a=b", "Fine, really", "\u{FF1D}1+1"]
+        for (index, note) in notes.enumerated() {
+            try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 0\(index):00", "Asia/Kathmandu"), notes: note)
+        }
+        let buffer = TextBuffer()
+        try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
+        let rows = Array(try await parseCSV(buffer.text).dropFirst())
+        #expect(rows.map { $0[8] } == ["'=1+1", "'+1 bottle", "'-2 oz", "'@SUM(A1:A9)", "'\tcmd", "'\rcmd", "a=b", "Fine, really", "\u{FF1D}1+1"])
+        #expect(rows.allSatisfy { $0[7] == "'=HYPERLINK(\"http://x\")" })
+        #expect(rows.allSatisfy { $0[9] == "Asia/Kathmandu" && $0[10] == "+05:45" }, "the offset is not a formula: it stays as it is")
+    }
+
+    /// One definition: the CSV a parent downloads is the view a DBA queries, row for row.
+    @Test func theCSVIsTheDBAsView() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        try await fixture.log(child, user, .feeding(.breast(startedSide: .left, bothSides: true)), at("2026-03-08 01:40"), end: at("2026-03-08 03:05"))
+        try await fixture.log(child, user, .feeding(.bottle(amountMl: 89, preparedMl: nil, remainingMl: nil, feedingStartedAt: nil)), at("2026-03-08 07:00"))
+        let bottle = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 150, at: at("2026-03-08 09:00"), as: user.id)
+        _ = try await fixture.store.events.finishFeeding(bottle.id, remainingMl: 30, at: at("2026-03-08 09:30"), as: user.id)
+        try await fixture.log(child, user, .sleep, at("2026-03-08 12:00"), end: at("2026-03-08 12:59"))
+        try await fixture.log(child, user, .note(category: "Health"), at("2026-03-08 13:00"))
+        let buffer = TextBuffer()
+        try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
+        let csv = Array(try await parseCSV(buffer.text).dropFirst())
+
+        let dba = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_readonly"))
+        let view = try await dba.query("""
+            SELECT date, time, event_type, duration_minutes::text, amount_prepared_oz::text, amount_consumed_oz::text,
+                   diaper_contents, logged_by, notes, time_zone, utc_offset
+            FROM events_export WHERE child_id = \(child.id) ORDER BY start_time, event_id
+            """).map { row in try (0..<11).map { try row.decode(String?.self, at: $0) ?? "" } }
+        await dba.close()
+        #expect(csv == view)
+        #expect(csv == [
+            // Across the spring-forward gap: 01:40 EST to 03:05 EDT is 25 minutes, not 85.
+            ["2026-03-08", "01:40", "feeding", "25", "", "", "", "Parent", "", "America/New_York", "-05:00"],
+            ["2026-03-08", "07:00", "feeding", "", "3", "3", "", "Parent", "", "America/New_York", "-04:00"],
+            // 150 mL is 5.07 oz, 120 mL drunk is 4.06 oz: to the nearest half ounce.
+            ["2026-03-08", "09:00", "feeding", "", "5", "4", "", "Parent", "", "America/New_York", "-04:00"],
+            ["2026-03-08", "12:00", "sleep", "59", "", "", "", "Parent", "", "America/New_York", "-04:00"],
+            ["2026-03-08", "13:00", "note", "", "", "", "", "Parent", "Health", "America/New_York", "-04:00"],
+        ])
     }
 
     @Test func anAllTimeExportStreamsInBatches() async throws {

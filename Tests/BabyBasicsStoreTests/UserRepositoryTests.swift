@@ -39,7 +39,21 @@ import Testing
         try await fixture.join(partner, to: child, invitedBy: parent)
         #expect(try await fixture.store.users.get(partner.id, as: parent.id).displayName == "Partner")
         await expectStoreError(.notFound) { _ = try await fixture.store.users.get(stranger.id, as: parent.id) }
-        await expectStoreError(.notFound) { _ = try await fixture.store.users.get(email: stranger.email, as: parent.id) }
+        await expectStoreError(.notFound) { _ = try await fixture.store.users.get(email: try #require(stranger.email), as: parent.id) }
+    }
+
+    /// A co-caregiver is a display name, not sign-in identifiers; your own record has yours.
+    @Test func aCoCaregiversEmailAndAppleSubjectStayTheirs() async throws {
+        let fixture = try await StoreFixture.make()
+        let (parent, child) = try await fixture.family("Parent")
+        let partner = try await fixture.store.users.create(email: "partner@example.com", displayName: "Partner", appleUserID: "001234.apple.subject")
+        try await fixture.join(partner, to: child, invitedBy: parent)
+        let seen = try await fixture.store.users.get(partner.id, as: parent.id)
+        #expect(seen.displayName == "Partner" && seen.email == nil && seen.appleUserID == nil)
+        let byEmail = try await fixture.store.users.get(email: "partner@example.com", as: parent.id)
+        #expect(byEmail.id == partner.id && byEmail.email == nil && byEmail.appleUserID == nil)
+        let own = try await fixture.store.users.get(partner.id, as: partner.id)
+        #expect(own.email == "partner@example.com" && own.appleUserID == "001234.apple.subject")
     }
 
     @Test func aSoleCaregiverCannotDeleteTheirAccountUntilTheRoleIsTransferred() async throws {

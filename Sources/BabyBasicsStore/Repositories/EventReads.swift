@@ -82,7 +82,7 @@ extension EventRepository {
     }
 
     /// The PRD §9 quick stats: last feed with its amount, last sleep with its duration and how
-    /// long ago it ended, and "awake for" or "sleeping for".
+    /// long ago it ended, last diaper with its type, and "awake for" or "sleeping for".
     public func quickStats(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> QuickStats {
         QuickStats(dashboard: try await dashboard(for: childID, now: now, as: actingUser), now: now)
     }
@@ -189,9 +189,16 @@ public struct Dashboard: Sendable, Equatable {
             SELECT c.id, c.timezone, c.day_start_time FROM children c
             WHERE c.id = \(child) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
         ), span AS (
-            SELECT ((local_day + child.day_start_time) AT TIME ZONE child.timezone) AS day_from,
-                   ((local_day + 1 + child.day_start_time) AT TIME ZONE child.timezone) AS day_to
-            FROM child, LATERAL (SELECT ((\(now)::timestamptz AT TIME ZONE child.timezone) - child.day_start_time)::date AS local_day) AS d
+            -- Today is the local day whose start is the latest one at or before now. A start
+            -- in a DST gap (02:30 on a spring-forward day in New York) is read by PostgreSQL
+            -- with the offset before the gap (03:30 EDT): until then it is still yesterday,
+            -- never a day that starts in the future with every count at 0.
+            SELECT ((d.local_day + child.day_start_time) AT TIME ZONE child.timezone) AS day_from,
+                   ((d.local_day + 1 + child.day_start_time) AT TIME ZONE child.timezone) AS day_to
+            FROM child,
+            LATERAL (SELECT ((\(now)::timestamptz AT TIME ZONE child.timezone) - child.day_start_time)::date AS guess) AS g,
+            LATERAL (SELECT CASE WHEN ((g.guess + child.day_start_time) AT TIME ZONE child.timezone) > \(now)::timestamptz
+                                 THEN g.guess - 1 ELSE g.guess END AS local_day) AS d
         )
         SELECT span.day_from, span.day_to,
                lf.id AS feeding_id, lf.start_time AS feeding_start, lf.start_tz AS feeding_tz, lf.start_offset_seconds AS feeding_offset, lf.data AS feeding_data,
@@ -200,7 +207,7 @@ public struct Dashboard: Sendable, Equatable {
                ls.end_time AS sleep_end, ls.end_tz AS sleep_end_tz, ls.end_offset_seconds AS sleep_end_offset,
                act.id AS active_id, act.start_time AS active_start, act.start_tz AS active_tz, act.start_offset_seconds AS active_offset,
                lb.side AS last_breast_side,
-               counts.feeds, counts.pee, counts.poop, counts.notes, counts.sleep_seconds
+               counts.feeds, counts.pee, counts.poop, counts.notes, slept.sleep_seconds
         FROM child CROSS JOIN span
         LEFT JOIN LATERAL (
             SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
@@ -232,13 +239,21 @@ public struct Dashboard: Sendable, Equatable {
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('wet', 'both')) AS pee,
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('dirty', 'both')) AS poop,
                    count(*) FILTER (WHERE e.event_type = 'note' AND e.start_time >= span.day_from) AS notes,
-                   coalesce(sum(greatest(0, extract(epoch FROM
-                       least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) - greatest(e.start_time, span.day_from))))
-                       FILTER (WHERE e.event_type = 'sleep'), 0)::float8 AS sleep_seconds
+                   -- Sleeps clipped to the day and merged where they overlap (two caregivers
+                   -- logging the same nap count it once): never more than the day is long.
+                   range_agg(tstzrange(clip.lo, clip.hi)) FILTER (WHERE e.event_type = 'sleep' AND clip.lo < clip.hi) AS sleeps
             FROM events e
+            CROSS JOIN LATERAL (
+                SELECT greatest(e.start_time, span.day_from) AS lo,
+                       least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) AS hi
+            ) AS clip
             WHERE e.child_id = child.id AND e.deleted_at IS NULL
               AND e.start_time < span.day_to AND e.start_time >= span.day_from - interval '24 hours'
         ) AS counts
+        CROSS JOIN LATERAL (
+            SELECT coalesce(sum(extract(epoch FROM upper(r) - lower(r))), 0)::float8 AS sleep_seconds
+            FROM unnest(counts.sleeps) AS r
+        ) AS slept
         """
     }
 
@@ -325,11 +340,16 @@ public struct QuickStats: Sendable, Equatable {
     public var awakeMinutes: Int?
     /// "Sleeping for": minutes of the running sleep.
     public var sleepingMinutes: Int?
+    /// When the last diaper was changed, and what it held (PRD §2.2: "last diaper (time + type)").
+    public var lastDiaperAt: Date?
+    public var lastDiaperContents: DiaperContents?
 
     public init(dashboard: Dashboard, now: Date) {
         lastFeedAt = dashboard.lastFeeding?.start.utc
         lastFeedAmountMl = dashboard.lastFeeding?.amountMl
         lastSleepMinutes = dashboard.lastSleep?.minutes
+        lastDiaperAt = dashboard.lastDiaper?.start.utc
+        lastDiaperContents = dashboard.lastDiaper?.contents
         let sinceEnd = dashboard.lastSleep.map { Int((now.timeIntervalSince($0.end.utc) / 60).rounded(.down)) }
         minutesSinceLastSleepEnded = sinceEnd
         if let active = dashboard.activeSleep {

@@ -75,7 +75,7 @@ public struct EventRepository: Sendable {
             // The refusal was the index's; this read only fetches the winner for the message.
             let filter: SQL = sleep
                 ? "e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
-                : "e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'feeding_started_at' AND e.end_time IS NULL AND e.deleted_at IS NULL"
+                : "e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND \(Self.feedingStarted) AND e.end_time IS NULL AND e.deleted_at IS NULL"
             guard let existing = try await pool.query("SELECT \(Event.columns) FROM events e WHERE e.child_id = \(child) AND \(filter) LIMIT 1").first else {
                 throw StoreError.map(error)
             }
@@ -85,6 +85,11 @@ public struct EventRepository: Sendable {
             throw StoreError.map(error)
         }
     }
+
+    /// A bottle's feeding has started: the rule of the partial unique index
+    /// `events_one_bottle_in_progress` (a JSON null counts as not started, as the schema's
+    /// CHECK reads it), so that the app and the index never disagree.
+    static let feedingStarted: SQL = "(e.data ->> 'feeding_started_at') IS NOT NULL"
 
     /// The child of an event, as a SQL expression.
     static func childOf(_ eventID: UUID) -> SQL { "(SELECT child_id FROM events WHERE id = \(eventID))" }
@@ -97,6 +102,29 @@ public struct EventRepository: Sendable {
         return try Event.Row(row).event()
     }
 
+    /// `AND e.revision = N` when the caller said which version it saw; nothing otherwise.
+    static func revision(_ expected: Int?) -> SQL {
+        expected.map { "AND e.revision = \($0)" } ?? ""
+    }
+
+    /// After a change that was not applied: `conflict(current:)` when the event is no longer
+    /// at the version the caller saw.
+    func conflictIfChanged(_ eventID: UUID, expected: Int?, as actingUser: UUID) async throws {
+        guard let expected else { return }
+        let latest = try await get(eventID, as: actingUser)
+        if latest.revision != expected { throw StoreError.conflict(current: latest) }
+    }
+
+    /// The running sleep of a child, if any (the caller's membership was checked already).
+    private func activeSleepID(of childID: UUID) async throws -> UUID? {
+        try await mappingErrors {
+            try await pool.query("""
+                SELECT e.id FROM events e
+                WHERE e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+                """).first?.decode(UUID.self, at: 0)
+        }
+    }
+
     // MARK: Sleep
 
     /// Starts a sleep. If one is already running, `sleepAlreadyActive(existing:)`: the partial
@@ -105,8 +133,10 @@ public struct EventRepository: Sendable {
         try await log(EventDraft(id: id, childID: childID, payload: .sleep, start: start, notes: notes), as: actingUser)
     }
 
-    /// Ends the running sleep; the result carries its duration ("Ended sleep (1h 20m)").
-    public func endSleep(for childID: UUID, at end: EventTimestamp, as actingUser: UUID) async throws -> EndedSleep {
+    /// Ends the running sleep; the result carries its duration ("Ended sleep (1h 20m)"). With
+    /// `expectedRevision`, only the version of the sleep the caller saw: if someone changed it
+    /// since, `conflict(current:)` with theirs.
+    public func endSleep(for childID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> EndedSleep {
         try Validate.timestamp(end, field: "end")
         let rows = try await eventErrors(child: "\(childID)") {
             try await pool.query("""
@@ -114,13 +144,18 @@ public struct EventRepository: Sendable {
                 ended AS (
                     UPDATE events e SET end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds), updated_by = \(actingUser)
                     WHERE e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
-                      AND EXISTS (SELECT FROM me)
+                      AND EXISTS (SELECT FROM me) \(Self.revision(expectedRevision))
                     RETURNING \(Event.columns)
                 )
                 SELECT (SELECT role FROM me) AS my_role, ended.* FROM (SELECT 1) AS one LEFT JOIN ended ON true
                 """)
         }
-        guard let event = try Self.memberEvent(rows) else { throw StoreError.noActiveSleep }
+        guard let event = try Self.memberEvent(rows) else {
+            if expectedRevision != nil, let running = try await activeSleepID(of: childID) {
+                try await conflictIfChanged(running, expected: expectedRevision, as: actingUser)
+            }
+            throw StoreError.noActiveSleep
+        }
         return EndedSleep(event: event)
     }
 
@@ -133,18 +168,18 @@ public struct EventRepository: Sendable {
 
     /// Marks a prepared bottle as being fed. Only one feeding may be in progress per child
     /// (`feedingAlreadyActive`).
-    public func startFeeding(_ bottleID: UUID, at started: Date, as actingUser: UUID) async throws -> Event {
-        try await changeBottle(bottleID, as: actingUser, set: """
+    public func startFeeding(_ bottleID: UUID, at started: Date, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
+        try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('feeding_started_at', \(EventData.iso8601(started))::text)
-            """, when: "NOT e.data ? 'feeding_started_at'", refusal: "this bottle's feeding already started, or it is finished")
+            """, when: "NOT \(Self.feedingStarted)", refusal: "this bottle's feeding already started, or it is finished")
     }
 
     /// Finishes a bottle with what is left in it; the result says how much was consumed
     /// (prepared − remaining).
-    public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, as actingUser: UUID) async throws -> FinishedBottle {
+    public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> FinishedBottle {
         guard remainingMl.isFinite, remainingMl >= 0 else { throw StoreError.invalid(field: "remainingMl", reason: "must be 0 or more") }
         try Validate.timestamp(end, field: "end")
-        let event = try await changeBottle(bottleID, as: actingUser, set: """
+        let event = try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('amount_remaining_ml', \(remainingMl)::float8),
             end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
             """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl")
@@ -153,23 +188,25 @@ public struct EventRepository: Sendable {
 
     /// Discards a bottle (expired or not wanted): it ends now, and whatever was not recorded as
     /// consumed counts as waste.
-    public func discard(_ bottleID: UUID, at end: EventTimestamp, as actingUser: UUID) async throws -> Event {
+    public func discard(_ bottleID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
         try Validate.timestamp(end, field: "end")
-        return try await changeBottle(bottleID, as: actingUser, set: """
+        return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
                         ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END,
             end_time = greatest(\(end.utc), e.start_time), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
             """, when: "true", refusal: "this bottle is already finished")
     }
 
-    /// One UPDATE of an open (not finished, not deleted) prepared bottle the acting user may see.
-    private func changeBottle(_ bottleID: UUID, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
+    /// One UPDATE of an open (not finished, not deleted) prepared bottle the acting user may
+    /// see, at `expectedRevision` when given (`conflict(current:)` when it moved on).
+    private func changeBottle(_ bottleID: UUID, expectedRevision: Int?, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
         let open: SQL = """
             e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'amount_prepared_ml'
-            AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition)
+            AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition) \(Self.revision(expectedRevision))
             """
         do {
             guard let event = try await changeVisibleEvent(bottleID, as: actingUser, set: set, when: open) else {
+                try await conflictIfChanged(bottleID, expected: expectedRevision, as: actingUser)
                 throw StoreError.stateConflict(reason: refusal)
             }
             return event
@@ -218,22 +255,29 @@ public struct EventRepository: Sendable {
     }
 
     /// Soft-deletes an event (recoverable for 30 days). Deleting a deleted event is a no-op.
+    /// With `expectedRevision`, only the version the caller saw: a delete never silently beats
+    /// someone's concurrent edit (`conflict(current:)` with their version).
     @discardableResult
-    public func softDelete(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+    public func softDelete(_ eventID: UUID, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
         if let deleted = try await changeVisibleEvent(eventID, as: actingUser,
-            set: "deleted_at = now(), deleted_by = \(actingUser)", when: "e.deleted_at IS NULL") {
+            set: "deleted_at = now(), deleted_by = \(actingUser)", when: "e.deleted_at IS NULL \(Self.revision(expectedRevision))") {
             return deleted
         }
-        return try await get(eventID, as: actingUser)
+        let current = try await get(eventID, as: actingUser)
+        if current.isDeleted { return current }
+        try await conflictIfChanged(eventID, expected: expectedRevision, as: actingUser)
+        return current
     }
 
-    /// Restores a soft-deleted event within 30 days of its deletion.
+    /// Restores a soft-deleted event within 30 days of its deletion. With `expectedRevision`,
+    /// only the version the caller saw (`conflict(current:)` otherwise).
     @discardableResult
-    public func restore(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+    public func restore(_ eventID: UUID, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
         if let restored = try await changeVisibleEvent(eventID, as: actingUser,
-            set: "deleted_at = NULL, deleted_by = NULL", when: "e.deleted_at > now() - interval '30 days'") {
+            set: "deleted_at = NULL, deleted_by = NULL", when: "e.deleted_at > now() - interval '30 days' \(Self.revision(expectedRevision))") {
             return restored
         }
+        try await conflictIfChanged(eventID, expected: expectedRevision, as: actingUser)
         let current = try await get(eventID, as: actingUser)
         guard current.isDeleted else { return current }
         throw StoreError.stateConflict(reason: "the event was deleted more than 30 days ago and can no longer be restored")

@@ -20,12 +20,16 @@ public enum ExportRange: String, Sendable, CaseIterable {
 }
 
 extension EventRepository {
-    /// The CSV header, exactly as PRD §13 gives it.
-    public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes"
+    /// The CSV header: PRD §13's columns, then the zone and UTC offset of each row's start.
+    public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes,time_zone,utc_offset"
 
     /// Streams a child's events as CSV (RFC 4180: CRLF line ends, quoted fields where needed),
-    /// oldest first, with local date and time in each event's own zone. Rows come from a
-    /// server-side cursor in batches of 500, so an all-time export never holds every row.
+    /// oldest first, with local date and time in each event's own zone. The rows are the
+    /// database view `events_export` as it is (one definition for the app and for a DBA);
+    /// a note or name that a spreadsheet would run as a formula (it begins with `=`, `+`,
+    /// `-`, `@`, a tab or a carriage return) gets a leading `'`, as OWASP advises. Rows come
+    /// from a server-side cursor in batches of 500, so an all-time export never holds every
+    /// row.
     ///
     /// ```swift
     /// try await store.events.exportCSV(for: child.id, range: .allTime, as: userID) { chunk in
@@ -36,21 +40,19 @@ extension EventRepository {
         for childID: UUID, range: ExportRange, now: Date = Date(), as actingUser: UUID,
         write: @escaping @Sendable (String) async throws -> Void
     ) async throws {
-        let since: SQL = range.interval.map { "AND e.start_time >= \(now)::timestamptz - \($0)" } ?? ""
+        let since: SQL = range.interval.map { "AND x.start_time >= \(now)::timestamptz - \($0)" } ?? ""
         let query: SQL = """
-            SELECT to_char((e.start_time AT TIME ZONE 'UTC') + make_interval(secs => e.start_offset_seconds), 'YYYY-MM-DD') AS local_date,
-                   to_char((e.start_time AT TIME ZONE 'UTC') + make_interval(secs => e.start_offset_seconds), 'HH24:MI') AS local_time,
-                   e.event_type, e.start_time, e.end_time, e.data, e.notes, u.display_name AS logged_by
-            FROM events e LEFT JOIN users u ON u.id = e.logged_by
-            WHERE e.child_id = \(childID) AND e.deleted_at IS NULL \(since)
-              AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
-            ORDER BY e.start_time, e.id
+            SELECT x.date, x.time, x.event_type, x.duration_minutes::text, x.amount_prepared_oz::text,
+                   x.amount_consumed_oz::text, x.diaper_contents, x.logged_by, x.notes, x.time_zone, x.utc_offset
+            FROM events_export x
+            WHERE x.child_id = \(childID) \(since)
+              AND \(Authorization.isCaregiver(of: "x.child_id", for: actingUser))
+            ORDER BY x.start_time, x.event_id
             """
         try await stream(query, cursor: "bb_export_csv", ifMember: (childID, actingUser), start: { try await write(Self.csvHeader + "\r\n") }) { rows in
             var chunk = ""
             for row in rows {
-                let line = try CSVRow(row)
-                chunk += line.fields.map(CSV.quote).joined(separator: ",") + "\r\n"
+                chunk += try CSV.line(row) + "\r\n"
             }
             try await write(chunk)
         }
@@ -129,44 +131,26 @@ private final class FirstFlag: @unchecked Sendable {
     }
 }
 
-/// One CSV row of PRD §13.
-struct CSVRow {
-    var fields: [String]
+enum CSV {
+    /// The columns people type into (`logged_by`, `notes`): the ones a formula can hide in.
+    static let freeText: Set<Int> = [7, 8]
 
-    init(_ row: PostgresRow) throws {
-        let type = try row.decode(EventType.self, column: "event_type")
-        let start = try row.decode(Date.self, column: "start_time")
-        let end = try row.decode(Date?.self, column: "end_time")
-        let data = try row.decode(as: DataColumn.self).data
-        var duration = ""
-        if let end, type == .sleep || data.kind == "breast" {
-            duration = String(Int((end.timeIntervalSince(start) / 60).rounded()))
-        }
-        var prepared = ""
-        var consumed = ""
-        if data.kind == "bottle" {
-            if let amount = data.amountMl {
-                prepared = Volume.format(Volume.ounces(fromMilliliters: amount))
-                consumed = prepared
-            } else if let amountPrepared = data.amountPreparedMl {
-                prepared = Volume.format(Volume.ounces(fromMilliliters: amountPrepared))
-                if let remaining = data.amountRemainingMl {
-                    consumed = Volume.format(Volume.ounces(fromMilliliters: max(0, amountPrepared - remaining)))
-                }
-            }
-        }
-        var notes = try row.decode(String?.self, column: "notes") ?? ""
-        if type == .note, let category = data.category { notes = notes.isEmpty ? category : "\(category): \(notes)" }
-        fields = [
-            try row.decode(String.self, column: "local_date"), try row.decode(String.self, column: "local_time"), type.rawValue,
-            duration, prepared, consumed, data.contents?.rawValue ?? "", try row.decode(String?.self, column: "logged_by") ?? "", notes,
-        ]
+    /// One row of `events_export` as written: NULL is an empty field, free text is defused.
+    static func line(_ row: PostgresRow) throws -> String {
+        try (0..<row.columns.count).map { column in
+            let value = try row.decode(String?.self, at: column) ?? ""
+            return quote(freeText.contains(column) ? defuse(value) : value)
+        }.joined(separator: ",")
     }
 
-    struct DataColumn: Decodable { var data: EventData }
-}
+    /// OWASP "CSV injection": a field a spreadsheet would run as a formula (it begins with
+    /// `=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading `'`, so it shows as
+    /// text.
+    static func defuse(_ field: String) -> String {
+        guard let first = field.unicodeScalars.first, ["=", "+", "-", "@", "\t", "\r"].contains(first) else { return field }
+        return "'" + field
+    }
 
-enum CSV {
     /// RFC 4180: quote a field holding a comma, a quote, CR or LF; double its quotes.
     static func quote(_ field: String) -> String {
         guard field.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return field }

@@ -23,12 +23,25 @@ public struct InviteRepository: Sendable {
         return String((0..<codeLength).map { _ in alphabet[Int(generator.next(upperBound: UInt(alphabet.count)))] })
     }
 
-    /// Creates an invite valid for `validFor` (default 48 hours). Primary only.
-    public func create(for childID: UUID, validFor: Duration = .seconds(48 * 3600), as actingUser: UUID) async throws -> Invite {
-        let seconds = Double(validFor.components.seconds) + Double(validFor.components.attoseconds) / 1e18
-        guard seconds >= 60, seconds <= 30 * 86_400, let lifetime = PostgresInterval(seconds: seconds) else {
-            throw StoreError.invalid(field: "validFor", reason: "must be between 1 minute and 30 days")
+    /// Creates an invite valid for `validFor`, or, by default, for the database's own rule
+    /// (`invites.expires_at` defaults to 48 hours after creation: one rule for the app and
+    /// for an invite a DBA inserts by hand). Primary only.
+    ///
+    /// ```swift
+    /// let invite = try await store.invites.create(for: child.id, as: primaryID)            // 48 h
+    /// let week = try await store.invites.create(for: child.id, validFor: .seconds(7 * 86_400), as: primaryID)
+    /// ```
+    public func create(for childID: UUID, validFor: Duration? = nil, as actingUser: UUID) async throws -> Invite {
+        var lifetime: PostgresInterval?
+        if let validFor {
+            let seconds = Double(validFor.components.seconds) + Double(validFor.components.attoseconds) / 1e18
+            guard seconds >= 60, seconds <= 30 * 86_400, let interval = PostgresInterval(seconds: seconds) else {
+                throw StoreError.invalid(field: "validFor", reason: "must be between 1 minute and 30 days")
+            }
+            lifetime = interval
         }
+        let expiresColumn: SQL = lifetime == nil ? "" : ", expires_at"
+        let expiresValue: SQL = lifetime.map { ", now() + \($0)" } ?? ""
         return try await mappingErrors {
             for _ in 0..<5 {
                 let code = Self.makeCode()
@@ -37,8 +50,8 @@ public struct InviteRepository: Sendable {
                         WITH me AS (
                             \(Authorization.membership(of: childID, for: actingUser))
                         ), created AS (
-                            INSERT INTO invites AS i (code, child_id, created_by, expires_at)
-                            SELECT \(code), \(childID), \(actingUser), now() + \(lifetime)
+                            INSERT INTO invites AS i (code, child_id, created_by\(expiresColumn))
+                            SELECT \(code), \(childID), \(actingUser)\(expiresValue)
                             FROM me WHERE me.role = 'primary'
                             RETURNING \(Invite.columns)
                         )
@@ -65,10 +78,7 @@ public struct InviteRepository: Sendable {
     /// succeeds without using the invite up.
     @discardableResult
     public func redeem(_ code: String, as actingUser: UUID) async throws -> UUID {
-        let normalized = code.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
-        guard normalized.count == Self.codeLength, normalized.allSatisfy({ Self.alphabet.contains($0) }) else {
-            throw StoreError.inviteNotFound
-        }
+        guard let normalized = Self.normalize(code) else { throw StoreError.inviteNotFound }
         return try await mappingErrors {
             let rows = try await pool.query("""
                 WITH invite AS (
@@ -100,8 +110,17 @@ public struct InviteRepository: Sendable {
         }
     }
 
-    /// Deletes an unused invite. Primary only.
+    /// A code as a person may type it (any case, spaces around), as stored; `nil` when it
+    /// cannot be a code. The one rule of `redeem` and `revoke`.
+    static func normalize(_ code: String) -> String? {
+        let normalized = code.trimmingCharacters(in: .whitespacesAndNewlines).uppercased()
+        guard normalized.count == codeLength, normalized.allSatisfy({ alphabet.contains($0) }) else { return nil }
+        return normalized
+    }
+
+    /// Deletes an unused invite. Primary only. The code is read as `redeem` reads it.
     public func revoke(_ code: String, as actingUser: UUID) async throws {
+        guard let code = Self.normalize(code) else { throw StoreError.notFound }
         try await mappingErrors {
             let rows = try await pool.query("""
                 WITH invite AS (

@@ -18,7 +18,7 @@ public struct UserRepository: Sendable {
             let rows = try await pool.query("""
                 INSERT INTO users AS u (email, display_name, password_hash, apple_user_id)
                 VALUES (\(email), \(name), \(passwordHash), \(appleUserID))
-                RETURNING \(User.columns)
+                RETURNING \(User.ownColumns)
                 """)
             return try one(rows, as: User.self)
         }
@@ -28,7 +28,7 @@ public struct UserRepository: Sendable {
     public func get(_ id: UUID, as actingUser: UUID) async throws -> User {
         try await mappingErrors {
             let rows = try await pool.query("""
-                SELECT \(User.columns) FROM users u
+                SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE u.id = \(id)
                   AND (u.id = \(actingUser) OR EXISTS (
                         SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
@@ -42,7 +42,7 @@ public struct UserRepository: Sendable {
     public func get(email: String, as actingUser: UUID) async throws -> User {
         try await mappingErrors {
             let rows = try await pool.query("""
-                SELECT \(User.columns) FROM users u
+                SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE lower(u.email) = lower(\(email))
                   AND (u.id = \(actingUser) OR EXISTS (
                         SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
@@ -68,7 +68,7 @@ public struct UserRepository: Sendable {
         let name = try Validate.displayName(displayName)
         return try await mappingErrors {
             let rows = try await pool.query("""
-                UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.columns)
+                UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.ownColumns)
                 """)
             return try one(rows, as: User.self)
         }
