@@ -42,6 +42,12 @@ import Testing
              .invalid(field: "category", reason: "must not be blank")),
             (EventDraft(childID: child.id, payload: .diaper(.wet), start: EventTimestamp(utc: Date(), timeZone: "Mars/Olympus", offsetSeconds: 0)),
              .invalid(field: "start.timeZone", reason: "\"Mars/Olympus\" is not an IANA time zone")),
+            // New York is -04:00 in July: +01:00 would shift every local display by five hours.
+            (EventDraft(childID: child.id, payload: .diaper(.wet), start: EventTimestamp(utc: at("2026-07-14 08:00").utc, timeZone: "America/New_York", offsetSeconds: 3600)),
+             .invalid(field: "start.offsetSeconds", reason: "is not start.timeZone's UTC offset at that instant")),
+            (EventDraft(childID: child.id, payload: .sleep, start: at("2026-07-14 08:00"),
+                        end: EventTimestamp(utc: at("2026-07-14 09:00").utc, timeZone: "America/New_York", offsetSeconds: -18000)),
+             .invalid(field: "end.offsetSeconds", reason: "is not end.timeZone's UTC offset at that instant")),
         ]
         for (draft, expected) in cases {
             await expectStoreError(expected) { _ = try await fixture.store.events.log(draft, as: user.id) }

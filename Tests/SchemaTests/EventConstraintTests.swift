@@ -137,4 +137,28 @@ import Testing
         let (revision, updatedBy, sequence) = try row.decode((Int, UUID?, Int64).self)
         #expect(revision == 1 && updatedBy == family.userID && sequence > 0)
     }
+
+    /// An offset the zone never had at that instant is refused; both readings of a repeated
+    /// (fall-back) hour are consistent pairs and accepted.
+    @Test func anOffsetMustBeTheZonesAtThatInstant() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let family = try await connection.makeFamily()
+        func insert(_ start: String, _ offset: Int32, end: String? = nil, endOffset: Int32? = nil) async throws {
+            try await connection.execute("""
+                INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, end_time, end_tz, end_offset_seconds, data)
+                VALUES (\(family.childID), \(family.userID), 'sleep', \(start)::timestamptz, 'America/New_York', \(offset),
+                        \(end)::timestamptz, \(end == nil ? nil : "America/New_York"), \(endOffset), '{}')
+                """)
+        }
+        await expectRefusal("23514", constraint: "events_start_offset_matches_zone") { try await insert("2026-07-14 12:00+00", 3600) }
+        await expectRefusal("23514", constraint: "events_start_offset_matches_zone") { try await insert("2026-07-14 12:00+00", -18000) }
+        try await insert("2026-07-14 12:00+00", -14400, end: "2026-07-14 13:00+00", endOffset: -14400)
+        await expectRefusal("23514", constraint: "events_end_offset_matches_zone") {
+            try await insert("2026-07-15 12:00+00", -14400, end: "2026-07-15 13:00+00", endOffset: 0)
+        }
+        // 01:30 on 1 Nov 2026 happens twice in New York: 05:30 UTC (EDT) and 06:30 UTC (EST).
+        try await insert("2026-11-01 05:30+00", -14400, end: "2026-11-01 05:40+00", endOffset: -14400)
+        try await insert("2026-11-01 06:30+00", -18000, end: "2026-11-01 06:40+00", endOffset: -18000)
+        await expectRefusal("23514", constraint: "events_start_offset_matches_zone") { try await insert("2026-11-01 06:30+00", -14400) }
+    }
 }

@@ -64,12 +64,21 @@ extension PostgresConnection {
         end: String? = nil, zone: String = "America/New_York", id: UUID = UUID()
     ) async throws -> UUID {
         let endZone: String? = end == nil ? nil : zone
-        let endOffset: Int32? = end == nil ? nil : -18000
+        // The zone's offset at each instant, as a client computes it (0 for a zone that does
+        // not exist: the database refuses the zone first).
+        func offset(_ instant: String?) -> Int32? {
+            guard let instant else { return nil }
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.dateFormat = "yyyy-MM-dd HH:mm:ssx"
+            guard let date = formatter.date(from: instant), let tz = TimeZone(identifier: zone) else { return 0 }
+            return Int32(tz.secondsFromGMT(for: date))
+        }
         try await execute("""
             INSERT INTO events (id, child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds,
                                 end_time, end_tz, end_offset_seconds, data)
-            VALUES (\(id), \(family.childID), \(family.userID), \(type), \(start)::timestamptz, \(zone), \(Int32(-18000)),
-                    \(end)::timestamptz, \(endZone), \(endOffset), \(data)::jsonb)
+            VALUES (\(id), \(family.childID), \(family.userID), \(type), \(start)::timestamptz, \(zone), \(offset(start)),
+                    \(end)::timestamptz, \(endZone), \(offset(end)), \(data)::jsonb)
             """)
         return id
     }

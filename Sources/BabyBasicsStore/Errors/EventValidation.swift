@@ -33,12 +33,19 @@ extension Validate {
         }
     }
 
+    /// A known zone, and the offset that zone had at that instant (New York is -04:00 in July,
+    /// never +01:00). In a repeated hour each instant has its own offset, so either reading of
+    /// 01:30 is a consistent pair. The database checks the same
+    /// (`events_start_offset_matches_zone`); this says which field before any SQL.
     static func timestamp(_ value: EventTimestamp, field: String) throws {
-        guard TimeZone(identifier: value.timeZone) != nil else {
+        guard let zone = TimeZone(identifier: value.timeZone) else {
             throw StoreError.invalid(field: "\(field).timeZone", reason: "\"\(value.timeZone)\" is not an IANA time zone")
         }
         guard abs(value.offsetSeconds) <= 18 * 3600 else {
             throw StoreError.invalid(field: "\(field).offsetSeconds", reason: "must be within ±18 hours")
+        }
+        guard zone.secondsFromGMT(for: value.utc) == value.offsetSeconds else {
+            throw StoreError.invalid(field: "\(field).offsetSeconds", reason: "is not \(field).timeZone's UTC offset at that instant")
         }
     }
 

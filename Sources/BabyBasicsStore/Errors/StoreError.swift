@@ -93,6 +93,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case ("23514", "events_max_duration_24h"): return StoreError.invalid(field: "end", reason: "an event lasts at most 24 hours")
         case ("23514", "events_start_tz_valid"): return StoreError.invalid(field: "start.timeZone", reason: "is not a time zone the server knows")
         case ("23514", "events_end_tz_valid"): return StoreError.invalid(field: "end.timeZone", reason: "is not a time zone the server knows")
+        case ("23514", "events_start_offset_matches_zone"):
+            return StoreError.invalid(field: "start.offsetSeconds", reason: "is not start.timeZone's UTC offset at that instant")
+        case ("23514", "events_end_offset_matches_zone"):
+            return StoreError.invalid(field: "end.offsetSeconds", reason: "is not end.timeZone's UTC offset at that instant")
         case ("23514", "events_start_offset_valid"), ("23514", "events_end_offset_valid"):
             return StoreError.invalid(field: "offsetSeconds", reason: "must be within ±18 hours")
         case ("23514", "events_feeding_data_valid"): return StoreError.invalid(field: "payload", reason: "the feeding's amounts or sides are not valid (remaining must be between 0 and the amount prepared)")
