@@ -7,7 +7,7 @@ extension Validate {
         if let end {
             try timestamp(end, field: "end")
             guard end.utc >= start.utc else { throw StoreError.invalid(field: "end", reason: "must not be before the start") }
-            guard end.utc.timeIntervalSince(start.utc) <= 86_400 else { throw StoreError.invalid(field: "end", reason: "an event lasts at most 24 hours") }
+            guard end.utc.timeIntervalSince(start.utc) <= 86_400 else { throw StoreError.invalid(field: "end", reason: StoreError.maxDuration) }
         }
         if let notes, notes.count > 5000 { throw StoreError.invalid(field: "notes", reason: "must be at most 5000 characters") }
         switch payload {

@@ -49,10 +49,17 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case feedingAlreadyActive(existing: Event)
     /// There is no running sleep to end.
     case noActiveSleep
+    /// The timer (a sleep, a bottle) was left running for more than a day and cannot end at
+    /// the time given: an event lasts at most 24 hours. Ask when it really ended ("when did
+    /// the baby wake up?") and end it at that time, at most 24 hours after `startedAt`.
+    case timerTooLong(startedAt: EventTimestamp)
     /// The connection to the database was lost after the change was sent and before its
     /// answer came: it may or may not have been saved. Read it back before trying again (a
     /// client retrying with the same event id is safe: logging is idempotent by id).
     case outcomeUnknown(reason: String)
+
+    /// The reason of `invalid(field: "end", …)` when an event would last more than 24 hours.
+    static let maxDuration = "an event lasts at most 24 hours"
 
     public var description: String {
         switch self {
@@ -71,6 +78,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .sleepAlreadyActive(let existing): "a sleep is already running since \(existing.start.localDescription); end it first"
         case .feedingAlreadyActive(let existing): "a bottle feeding is already in progress since \(existing.start.localDescription); finish it first"
         case .noActiveSleep: "no sleep is running"
+        case .timerTooLong(let started): "this timer has been running since \(started.localDescription), more than a day: say when it really ended (at most 24 hours after it started)"
         case .outcomeUnknown(let reason): "the database connection was lost before it confirmed the change, which may or may not have been saved; read it back before trying again (\(reason))"
         }
     }
@@ -90,7 +98,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case ("23505", "caregivers_pkey"): return StoreError.stateConflict(reason: "already a caregiver of this child")
         case ("23001", "users_sole_caregiver_of_child"): return StoreError.soleCaregiver(childIDs: [])
         case ("23514", "events_end_after_start"): return StoreError.invalid(field: "end", reason: "must not be before the start")
-        case ("23514", "events_max_duration_24h"): return StoreError.invalid(field: "end", reason: "an event lasts at most 24 hours")
+        case ("23514", "events_max_duration_24h"): return StoreError.invalid(field: "end", reason: StoreError.maxDuration)
         case ("23514", "events_start_tz_valid"): return StoreError.invalid(field: "start.timeZone", reason: "is not a time zone the server knows")
         case ("23514", "events_end_tz_valid"): return StoreError.invalid(field: "end.timeZone", reason: "is not a time zone the server knows")
         case ("23514", "events_start_offset_matches_zone"):

@@ -17,8 +17,10 @@ public struct Timeline: Sendable, Equatable {
 
 extension EventRepository {
     /// Events overlapping `[from, to)`: instants (diapers, notes, bottles without an end) by
-    /// their start; ended events by their interval; a running sleep until `now`. Events last at
-    /// most 24 hours, so `start_time >= from - 24 h` bounds the index scan exactly.
+    /// their start; ended events by their interval; a running sleep until `now`. Ended events
+    /// last at most 24 hours, so `start_time >= from - 24 h` bounds the index scan exactly; a
+    /// sleep left running for longer (a forgotten timer) is the child's one running sleep,
+    /// found by its own index (`events_one_active_sleep`), whatever its age.
     static func overlapping(child: UUID, from: SQL, to: SQL, now: Date) -> SQL {
         """
         SELECT \(Event.columns) FROM events e
@@ -27,7 +29,11 @@ extension EventRepository {
           AND (e.start_time >= \(from)
                OR e.end_time > \(from)
                OR (e.end_time IS NULL AND e.event_type = 'sleep' AND \(now) > \(from)))
-        ORDER BY e.start_time DESC, e.id
+        UNION ALL
+        SELECT \(Event.columns) FROM events e
+        WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+          AND e.start_time < \(from) - interval '24 hours' AND \(now) > \(from)
+        ORDER BY start_time DESC, id
         """
     }
 
@@ -242,13 +248,20 @@ public struct Dashboard: Sendable, Equatable {
                    -- Sleeps clipped to the day and merged where they overlap (two caregivers
                    -- logging the same nap count it once): never more than the day is long.
                    range_agg(tstzrange(clip.lo, clip.hi)) FILTER (WHERE e.event_type = 'sleep' AND clip.lo < clip.hi) AS sleeps
-            FROM events e
+            FROM (
+                SELECT e.event_type, e.start_time, e.end_time, e.data FROM events e
+                WHERE e.child_id = child.id AND e.deleted_at IS NULL
+                  AND e.start_time < span.day_to AND e.start_time >= span.day_from - interval '24 hours'
+                UNION ALL
+                -- A sleep left running for more than a day counts like any running sleep.
+                SELECT e.event_type, e.start_time, e.end_time, e.data FROM events e
+                WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+                  AND e.start_time < span.day_from - interval '24 hours'
+            ) AS e
             CROSS JOIN LATERAL (
                 SELECT greatest(e.start_time, span.day_from) AS lo,
                        least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) AS hi
             ) AS clip
-            WHERE e.child_id = child.id AND e.deleted_at IS NULL
-              AND e.start_time < span.day_to AND e.start_time >= span.day_from - interval '24 hours'
         ) AS counts
         CROSS JOIN LATERAL (
             SELECT coalesce(sum(extract(epoch FROM upper(r) - lower(r))), 0)::float8 AS sleep_seconds

@@ -115,6 +115,22 @@ public struct EventRepository: Sendable {
         if latest.revision != expected { throw StoreError.conflict(current: latest) }
     }
 
+    /// Runs an UPDATE that ends a timer; the database's 24-hour limit refusing it becomes
+    /// `timerTooLong(startedAt:)` with the timer's start, so the caller can ask when it
+    /// really ended. `sleepOf`: the child's running sleep; `bottle`: that bottle.
+    func timerEnding<T>(sleepOf childID: UUID? = nil, bottle: UUID? = nil, isolation: isolated (any Actor)? = #isolation,
+                        _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch StoreError.invalid(field: "end", reason: let reason) where reason == StoreError.maxDuration {
+            let timer: SQL = bottle.map { "e.id = \($0)" }
+                ?? "e.child_id = \(childID ?? UUID()) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
+            let rows = try await mappingErrors { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
+            guard let row = rows.first else { throw StoreError.invalid(field: "end", reason: reason) }
+            throw StoreError.timerTooLong(startedAt: try Event.Row(row).event().start)
+        }
+    }
+
     /// The running sleep of a child, if any (the caller's membership was checked already).
     private func activeSleepID(of childID: UUID) async throws -> UUID? {
         try await mappingErrors {
@@ -138,7 +154,8 @@ public struct EventRepository: Sendable {
     /// since, `conflict(current:)` with theirs.
     public func endSleep(for childID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> EndedSleep {
         try Validate.timestamp(end, field: "end")
-        let rows = try await eventErrors(child: "\(childID)") {
+        let rows = try await timerEnding(sleepOf: childID) {
+          try await eventErrors(child: "\(childID)") {
             try await pool.query("""
                 WITH me AS (\(Authorization.membership(of: childID, for: actingUser))),
                 ended AS (
@@ -149,6 +166,7 @@ public struct EventRepository: Sendable {
                 )
                 SELECT (SELECT role FROM me) AS my_role, ended.* FROM (SELECT 1) AS one LEFT JOIN ended ON true
                 """)
+          }
         }
         guard let event = try Self.memberEvent(rows) else {
             if expectedRevision != nil, let running = try await activeSleepID(of: childID) {
@@ -179,21 +197,23 @@ public struct EventRepository: Sendable {
     public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> FinishedBottle {
         guard remainingMl.isFinite, remainingMl >= 0 else { throw StoreError.invalid(field: "remainingMl", reason: "must be 0 or more") }
         try Validate.timestamp(end, field: "end")
-        let event = try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
+        let event = try await timerEnding(bottle: bottleID) { try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('amount_remaining_ml', \(remainingMl)::float8),
             end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
-            """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl")
+            """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl") }
         return FinishedBottle(event: event)
     }
 
-    /// Discards a bottle (expired or not wanted): it ends now, and whatever was not recorded as
-    /// consumed counts as waste.
+    /// Discards a bottle (expired or not wanted), and whatever was not recorded as consumed
+    /// counts as waste. It ends at `end`, kept between when it was made and 24 hours later: a
+    /// bottle forgotten for days can always be discarded.
     public func discard(_ bottleID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
         try Validate.timestamp(end, field: "end")
+        let ended: SQL = "least(greatest(\(end.utc)::timestamptz, e.start_time), e.start_time + interval '24 hours')"
         return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
                         ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END,
-            end_time = greatest(\(end.utc), e.start_time), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
+            end_time = \(ended), end_tz = \(end.timeZone), end_offset_seconds = utc_offset_seconds(\(end.timeZone), \(ended))
             """, when: "true", refusal: "this bottle is already finished")
     }
 
