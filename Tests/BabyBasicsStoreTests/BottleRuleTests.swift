@@ -30,3 +30,48 @@ import Testing
         #expect(startedAt == at("2026-11-20 08:35", "UTC").utc)
     }
 }
+
+/// A bottle counts as a feed when the baby feeds: from its first sip, on the day of that sip,
+/// with what was drunk once known; a bottle nobody drank is not a feed.
+@Suite struct BottleFeedTests {
+    @Test func aBottleIsAFeedFromItsFirstSipOnTheDayOfThatSip() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "America/New_York")
+        try await fixture.log(child, alice, .feeding(.breast(startedSide: .left, bothSides: false)), at("2026-11-19 21:00"))
+        // Made at 23:55, first sip at 00:10: today's feed, not yesterday's.
+        let late = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-19 23:55"), as: alice.id)
+        _ = try await fixture.store.events.startFeeding(late.id, at: at("2026-11-20 00:10").utc, as: alice.id)
+        var dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 00:20").utc, as: alice.id)
+        #expect(dashboard.today.feeds == 1)
+        #expect(dashboard.lastFeeding?.id == late.id && dashboard.lastFeeding?.start == at("2026-11-20 00:10"))
+        #expect(dashboard.lastFeeding?.amountMl == nil, "not the 120 mL prepared: nobody knows yet what was drunk")
+        #expect(try await fixture.store.events.quickStats(for: child.id, now: at("2026-11-20 00:20").utc, as: alice.id).lastFeedAmountMl == nil)
+        _ = try await fixture.store.events.finishFeeding(late.id, remainingMl: 30, at: at("2026-11-20 00:30"), as: alice.id)
+        dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 00:40").utc, as: alice.id)
+        #expect(dashboard.lastFeeding?.amountMl == 90)
+
+        // Made, never drunk, thrown away: not a feed, and the last feed stays the one before.
+        let unfed = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-20 03:00"), as: alice.id)
+        _ = try await fixture.store.events.discard(unfed.id, at: at("2026-11-20 05:30"), as: alice.id)
+        _ = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 90, at: at("2026-11-20 06:00"), as: alice.id)
+        dashboard = try await fixture.store.events.dashboard(for: child.id, now: at("2026-11-20 06:30").utc, as: alice.id)
+        #expect(dashboard.today.feeds == 1 && dashboard.lastFeeding?.id == late.id, "\(dashboard.today)")
+    }
+
+    /// PRD §5: whichever comes first, 2 hours from preparation and 1 hour from the first sip.
+    @Test func expiryIsWhicheverComesFirst() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "UTC")
+        let early = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-20 08:00", "UTC"), as: alice.id)
+        _ = try await fixture.store.events.startFeeding(early.id, at: at("2026-11-20 08:30", "UTC").utc, as: alice.id)
+        var bottles = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 09:00", "UTC").utc, as: alice.id)
+        #expect(bottles.map(\.expiresAt) == [at("2026-11-20 09:30", "UTC").utc], "one hour from the first sip")
+        _ = try await fixture.store.events.finishFeeding(early.id, remainingMl: 0, at: at("2026-11-20 09:10", "UTC"), as: alice.id)
+
+        let late = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-20 10:00", "UTC"), as: alice.id)
+        _ = try await fixture.store.events.startFeeding(late.id, at: at("2026-11-20 11:55", "UTC").utc, as: alice.id)
+        bottles = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 12:01", "UTC").utc, as: alice.id)
+        #expect(bottles.map(\.expiresAt) == [at("2026-11-20 12:00", "UTC").utc], "two hours from preparation, not 12:55")
+        #expect(bottles.map(\.state) == [.expired])
+    }
+}

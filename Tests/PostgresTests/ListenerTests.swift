@@ -39,9 +39,12 @@ import Testing
         try await until { proxy.connectionsAccepted >= dialed + 2 }
         proxy.mode = .forward
         try await until { heard.events.contains(.reconnected) }
+        // The listener's connection: idle, its last statement the LISTEN or (every 300 ms of
+        // quiet) its health check's SELECT 1.
         let listens: SQL = """
-            SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN "family news"' AND state = 'idle'
-              AND pid <> ALL(\(lost))
+            SELECT count(*)::int FROM pg_stat_activity
+            WHERE datname = current_database() AND state = 'idle' AND pid <> pg_backend_pid()
+              AND query IN ('LISTEN "family news"', 'SELECT 1') AND pid <> ALL(\(lost))
             """
         try await until { try await sender.fetchValue(Int.self, listens) == 1 }
         try await sender.notify("family news", payload: "two")

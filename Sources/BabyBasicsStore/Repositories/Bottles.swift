@@ -37,11 +37,11 @@ public struct BottleStatus: Sendable, Equatable {
         if event.end != nil {
             return BottleStatus(event: event, state: .finished, expiresAt: nil, preparedMl: prepared)
         }
-        let expiry: Date
+        // Whichever comes first (PRD §5): the limit from preparation, and, once fed, one hour
+        // from the first sip. A first sip at 1 h 55 m does not stretch a 2 h bottle to 2 h 55 m.
+        var expiry = event.start.utc.addingTimeInterval(TimeInterval(settings.bottleExpiry.preparedMinutes * 60))
         if let feedingStartedAt {
-            expiry = feedingStartedAt.addingTimeInterval(TimeInterval(settings.bottleExpiry.feedingMinutes * 60))
-        } else {
-            expiry = event.start.utc.addingTimeInterval(TimeInterval(settings.bottleExpiry.preparedMinutes * 60))
+            expiry = min(expiry, feedingStartedAt.addingTimeInterval(TimeInterval(settings.bottleExpiry.feedingMinutes * 60)))
         }
         let state: BottleState = now >= expiry ? .expired : (feedingStartedAt == nil ? .prepared : .feeding)
         return BottleStatus(event: event, state: state, expiresAt: expiry, preparedMl: prepared)

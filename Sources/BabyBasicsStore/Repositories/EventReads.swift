@@ -189,6 +189,13 @@ public struct Dashboard: Sendable, Equatable {
         }
     }
 
+    /// When a feeding event fed the baby: a prepared bottle at its first sip (NULL while
+    /// nobody drank from it), any other feeding at its start. The same rule as
+    /// `EventRepository.feedingStarted`.
+    static let fedAt: SQL = """
+        CASE WHEN e.data ? 'amount_prepared_ml' THEN (e.data ->> 'feeding_started_at')::timestamptz ELSE e.start_time END
+        """
+
     static func query(child: UUID, now: Date, actingUser: UUID) -> SQL {
         """
         WITH child AS (
@@ -207,7 +214,7 @@ public struct Dashboard: Sendable, Equatable {
                                  THEN g.guess - 1 ELSE g.guess END AS local_day) AS d
         )
         SELECT span.day_from, span.day_to,
-               lf.id AS feeding_id, lf.start_time AS feeding_start, lf.start_tz AS feeding_tz, lf.start_offset_seconds AS feeding_offset, lf.data AS feeding_data,
+               lf.id AS feeding_id, lf.fed_at AS feeding_start, lf.start_tz AS feeding_tz, lf.fed_offset AS feeding_offset, lf.data AS feeding_data,
                ld.id AS diaper_id, ld.start_time AS diaper_start, ld.start_tz AS diaper_tz, ld.start_offset_seconds AS diaper_offset, ld.data ->> 'contents' AS diaper_contents,
                ls.id AS sleep_id, ls.start_time AS sleep_start, ls.start_tz AS sleep_tz, ls.start_offset_seconds AS sleep_offset,
                ls.end_time AS sleep_end, ls.end_tz AS sleep_end_tz, ls.end_offset_seconds AS sleep_end_offset,
@@ -216,9 +223,19 @@ public struct Dashboard: Sendable, Equatable {
                counts.feeds, counts.pee, counts.poop, counts.notes, slept.sleep_seconds
         FROM child CROSS JOIN span
         LEFT JOIN LATERAL (
-            SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
-            WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.start_time <= \(now)
-            ORDER BY e.start_time DESC LIMIT 1
+            -- The last feed is the last time the baby fed: a prepared bottle from its first
+            -- sip, never while nobody drank it. Sips come within a bottle's life (24 hours at
+            -- most), so the feedings prepared in the 24 hours before the newest one hold it.
+            SELECT f.id, f.fed_at, f.start_tz, utc_offset_seconds(f.start_tz, f.fed_at) AS fed_offset, f.data
+            FROM (
+                SELECT e.id, e.start_tz, e.data, \(Self.fedAt) AS fed_at FROM events e
+                WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.start_time <= \(now)
+                  AND e.start_time >= (SELECT max(x.start_time) FROM events x
+                                       WHERE x.child_id = child.id AND x.event_type = 'feeding' AND x.deleted_at IS NULL
+                                         AND x.start_time <= \(now)) - interval '24 hours'
+            ) AS f
+            WHERE f.fed_at <= \(now)
+            ORDER BY f.fed_at DESC LIMIT 1
         ) AS lf ON true
         LEFT JOIN LATERAL (
             SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
@@ -241,7 +258,7 @@ public struct Dashboard: Sendable, Equatable {
             ORDER BY e.start_time DESC LIMIT 1
         ) AS lb ON true
         CROSS JOIN LATERAL (
-            SELECT count(*) FILTER (WHERE e.event_type = 'feeding' AND e.start_time >= span.day_from) AS feeds,
+            SELECT count(*) FILTER (WHERE e.event_type = 'feeding' AND \(Self.fedAt) >= span.day_from AND \(Self.fedAt) < span.day_to) AS feeds,
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('wet', 'both')) AS pee,
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('dirty', 'both')) AS poop,
                    count(*) FILTER (WHERE e.event_type = 'note' AND e.start_time >= span.day_from) AS notes,
@@ -307,7 +324,8 @@ public struct Dashboard: Sendable, Equatable {
                case .feeding(let feeding) = try feedingData.payload(for: .feeding) {
                 var amount: Double?
                 if case .bottle(let fed, let prepared, let remaining, _) = feeding {
-                    amount = fed ?? remaining.flatMap { remaining in prepared.map { max(0, $0 - remaining) } } ?? prepared
+                    // What the baby drank: never the prepared amount of a bottle not yet finished.
+                    amount = fed ?? remaining.flatMap { remaining in prepared.map { max(0, $0 - remaining) } }
                 }
                 lastFeeding = LastFeeding(
                     id: feedingId, start: EventTimestamp(utc: feedingStart, timeZone: feedingTz, offsetSeconds: feedingOffset),
