@@ -97,6 +97,8 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     static let cancelGrace: Duration = .seconds(5)
     /// How long the caller of a cancelled statement waits for the server to confirm it.
     static let cancelAnswerWait: Duration = .seconds(1)
+    /// How often a cancel is sent again while its statement keeps running.
+    static let cancelRetry: Duration = .milliseconds(500)
 
     init(loop: EventLoop, secrets: [String]) {
         self.loop = loop
@@ -616,6 +618,7 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             cancelObject.send { [loop] in
                 loop.execute { [self] in cancelReturned(id) }
             }
+            cancelAgain(id, within: Self.cancelGrace)
             // The server's answer says what became of the statement; a caller whose server
             // does not answer (a silent network) is not kept waiting for it.
             loop.schedule(at: .now + Self.cancelAnswerWait) { [self] in
@@ -636,6 +639,26 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     private func answerInterrupted(_ request: Request, _ error: PostgresError) {
         request.finish(.failure(error))
         if case .stream(_, let state) = request.kind, !state.finished { state.end(error) }
+    }
+
+    /// A cancel that reaches the server before the statement does (a loaded server that has
+    /// not read it yet) finds nothing running and is dropped, and the statement then runs to
+    /// its end. So while the statement is still the only one on the wire and the last cancel
+    /// call has returned, ask again every `cancelRetry` until `remaining` is used up. Nothing
+    /// else is sent meanwhile (`pump` waits for `cancelInFlight`), so no cancel can reach a
+    /// later statement.
+    private func cancelAgain(_ id: UInt64, within remaining: Duration) {
+        guard remaining > Self.cancelRetry else { return }
+        loop.schedule(at: .now + Self.cancelRetry) { [self] in
+            guard inflight.count == 1, inflight.first?.id == id, let cancel = cancelInFlight, cancel.request == id,
+                  cancel.callReturned, !cancel.requestDone, let cancelObject else { return }
+            trace("cancel again \(id)")
+            cancelInFlight = (id, false, false)
+            cancelObject.send { [loop] in
+                loop.execute { [self] in cancelReturned(id) }
+            }
+            cancelAgain(id, within: remaining - Self.cancelRetry)
+        }
     }
 
     private func cancelReturned(_ id: UInt64) {
