@@ -23,7 +23,7 @@ import Testing
         }
         _ = try await fixture.store.events.finishFeeding(other.id, remainingMl: 0, at: at("2026-11-20 08:30", "UTC"), as: alice.id)
         let started = try await fixture.store.events.startFeeding(handWritten, at: at("2026-11-20 08:35", "UTC").utc, as: alice.id)
-        guard case .feeding(.bottle(_, _, _, let startedAt?)) = started.payload else {
+        guard case .feeding(.bottle(_, _, _, let startedAt?, _)) = started.payload else {
             Issue.record("the hand-written bottle did not start: \(started.payload)")
             return
         }
@@ -73,5 +73,52 @@ import Testing
         bottles = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 12:01", "UTC").utc, as: alice.id)
         #expect(bottles.map(\.expiresAt) == [at("2026-11-20 12:00", "UTC").utc], "two hours from preparation, not 12:55")
         #expect(bottles.map(\.state) == [.expired])
+    }
+}
+
+/// Refrigerated bottles keep 24 hours (PRD §5), and a first sip lies within the bottle's life.
+@Suite struct BottleLifeTests {
+    @Test func aRefrigeratedBottleKeepsADayAndTheFirstSipStillCounts() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "UTC")
+        let bottle = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 150, at: at("2026-11-20 08:00", "UTC"), as: alice.id)
+        let cold = try await fixture.store.events.setRefrigerated(bottle.id, as: alice.id)
+        guard case .feeding(.bottle(_, _, _, _, let refrigerated)) = cold.payload else { Issue.record("\(cold.payload)"); return }
+        #expect(refrigerated)
+        var status = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 12:00", "UTC").utc, as: alice.id)
+        #expect(status.map(\.expiresAt) == [at("2026-11-21 08:00", "UTC").utc] && status.map(\.state) == [.prepared])
+        _ = try await fixture.store.events.startFeeding(bottle.id, at: at("2026-11-20 15:00", "UTC").utc, as: alice.id)
+        status = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 15:30", "UTC").utc, as: alice.id)
+        #expect(status.map(\.expiresAt) == [at("2026-11-20 16:00", "UTC").utc], "an hour from the first sip comes first")
+        _ = try await fixture.store.events.setRefrigerated(bottle.id, false, as: alice.id)
+        status = try await fixture.store.events.activeBottles(for: child.id, now: at("2026-11-20 15:30", "UTC").utc, as: alice.id)
+        #expect(status.map(\.expiresAt) == [at("2026-11-20 10:00", "UTC").utc] && status.map(\.state) == [.expired])
+    }
+
+    @Test func aFirstSipLiesWithinTheBottlesLife() async throws {
+        let fixture = try await StoreFixture.make()
+        let (alice, child) = try await fixture.family(zone: "UTC")
+        let bottle = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 150, at: at("2026-11-20 08:00", "UTC"), as: alice.id)
+        let before = try await fixture.fingerprint()
+        let refusal = StoreError.invalid(field: "at", reason: "the first sip must be after the bottle was made (at most 24 hours after) and before it was finished")
+        await expectStoreError(refusal) { _ = try await fixture.store.events.startFeeding(bottle.id, at: at("2026-11-20 07:59", "UTC").utc, as: alice.id) }
+        await expectStoreError(refusal) { _ = try await fixture.store.events.startFeeding(bottle.id, at: at("2026-11-21 08:01", "UTC").utc, as: alice.id) }
+        await expectStoreError(.invalid(field: "at", reason: "the first sip cannot be in the future")) {
+            _ = try await fixture.store.events.startFeeding(bottle.id, at: Date().addingTimeInterval(3600), as: alice.id)
+        }
+        #expect(try await fixture.fingerprint() == before)
+        _ = try await fixture.store.events.startFeeding(bottle.id, at: at("2026-11-21 08:00", "UTC").utc, as: alice.id)
+
+        // The database's own rules, for a DBA's hand: a boolean flag, a first sip in the bottle's life.
+        await expectDatabaseRefusal(fixture, "events_feeding_data_valid",
+            "UPDATE events SET data = data || '{\"refrigerated\": \"yes\"}' WHERE id = \(bottle.id)")
+        await expectDatabaseRefusal(fixture, "events_bottle_first_sip_within_life",
+            "UPDATE events SET data = data || '{\"feeding_started_at\": \"2026-11-19T08:00:00Z\"}' WHERE id = \(bottle.id)")
+        try await fixture.admin.execute("UPDATE events SET data = data || '{\"refrigerated\": true}' WHERE id = \(bottle.id)")
+    }
+
+    private func expectDatabaseRefusal(_ fixture: StoreFixture, _ constraint: String, _ sql: SQL) async {
+        let error = await #expect(throws: PostgresError.self) { try await fixture.admin.execute(sql) }
+        #expect(error?.sqlState == "23514" && error?.constraint == constraint, "\(String(describing: error))")
     }
 }

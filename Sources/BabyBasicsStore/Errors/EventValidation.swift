@@ -11,7 +11,7 @@ extension Validate {
         }
         if let notes, notes.count > 5000 { throw StoreError.invalid(field: "notes", reason: "must be at most 5000 characters") }
         switch payload {
-        case .feeding(.bottle(let amount, let prepared, let remaining, _)):
+        case .feeding(.bottle(let amount, let prepared, let remaining, _, _)):
             switch (amount, prepared) {
             case (let amount?, nil):
                 try millilitres(amount, field: "amountMl")

@@ -101,6 +101,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case ("23514", "events_max_duration_24h"): return StoreError.invalid(field: "end", reason: StoreError.maxDuration)
         case ("23514", "events_start_tz_valid"): return StoreError.invalid(field: "start.timeZone", reason: "is not a time zone the server knows")
         case ("23514", "events_end_tz_valid"): return StoreError.invalid(field: "end.timeZone", reason: "is not a time zone the server knows")
+        case ("23514", "events_bottle_first_sip_within_life"):
+            return StoreError.invalid(field: "at", reason: "the first sip must be after the bottle was made (at most 24 hours after) and before it was finished")
         case ("23514", "events_start_offset_matches_zone"):
             return StoreError.invalid(field: "start.offsetSeconds", reason: "is not start.timeZone's UTC offset at that instant")
         case ("23514", "events_end_offset_matches_zone"):

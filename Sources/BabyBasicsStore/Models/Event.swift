@@ -80,7 +80,8 @@ public enum Feeding: Sendable, Equatable {
     case breast(startedSide: BreastSide, bothSides: Bool)
     /// A bottle: either just an amount fed (`amountMl`), or the prepared-bottle life cycle
     /// (`preparedMl`, then `feedingStartedAt`, then `remainingMl` when finished). mL always.
-    case bottle(amountMl: Double?, preparedMl: Double?, remainingMl: Double?, feedingStartedAt: Date?)
+    /// A `refrigerated` prepared bottle keeps 24 hours from preparation instead of 2.
+    case bottle(amountMl: Double?, preparedMl: Double?, remainingMl: Double?, feedingStartedAt: Date?, refrigerated: Bool = false)
 }
 
 /// An event's type-specific content.
@@ -244,22 +245,24 @@ struct EventData: Codable, Sendable, Equatable {
     var amountPreparedMl: Double?
     var amountRemainingMl: Double?
     var feedingStartedAt: String?
+    var refrigerated: Bool?
     var contents: DiaperContents?
     var category: String?
 
     enum CodingKeys: String, CodingKey {
         case kind, startedSide = "started_side", bothSides = "both_sides", amountMl = "amount_ml"
         case amountPreparedMl = "amount_prepared_ml", amountRemainingMl = "amount_remaining_ml"
-        case feedingStartedAt = "feeding_started_at", contents, category
+        case feedingStartedAt = "feeding_started_at", refrigerated, contents, category
     }
 
     init(_ payload: EventPayload) {
         switch payload {
         case .feeding(.breast(let side, let both)):
             kind = "breast"; startedSide = side; bothSides = both
-        case .feeding(.bottle(let amount, let prepared, let remaining, let started)):
+        case .feeding(.bottle(let amount, let prepared, let remaining, let started, let cold)):
             kind = "bottle"; amountMl = amount; amountPreparedMl = prepared; amountRemainingMl = remaining
             feedingStartedAt = started.map(EventData.iso8601)
+            refrigerated = cold ? true : nil
         case .diaper(let value): contents = value
         case .sleep: break
         case .note(let value): category = value
@@ -273,7 +276,7 @@ struct EventData: Codable, Sendable, Equatable {
             return .feeding(.breast(startedSide: startedSide, bothSides: bothSides))
         case .feeding:
             return .feeding(.bottle(amountMl: amountMl, preparedMl: amountPreparedMl, remainingMl: amountRemainingMl,
-                                    feedingStartedAt: feedingStartedAt.flatMap(EventData.parseISO8601)))
+                                    feedingStartedAt: feedingStartedAt.flatMap(EventData.parseISO8601), refrigerated: refrigerated ?? false))
         case .diaper:
             guard let contents else { throw StoreError.invalid(field: "data", reason: "a diaper without contents") }
             return .diaper(contents)

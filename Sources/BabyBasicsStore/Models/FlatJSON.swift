@@ -164,6 +164,12 @@ extension EventData: PostgresDecodable {
         case .bool(let value)?: both = value
         default: return nil
         }
+        var cold: Bool?
+        switch members["refrigerated"] {
+        case nil, .null?: cold = nil
+        case .bool(let value)?: cold = value
+        default: return nil
+        }
         self.init(.sleep)
         self.kind = kind
         startedSide = side.flatMap(BreastSide.init(rawValue:))
@@ -172,6 +178,7 @@ extension EventData: PostgresDecodable {
         amountPreparedMl = prepared
         amountRemainingMl = remaining
         feedingStartedAt = started
+        refrigerated = cold
         self.contents = contents.flatMap(DiaperContents.init(rawValue:))
         self.category = category
         if side != nil && startedSide == nil || contents != nil && self.contents == nil { return nil }

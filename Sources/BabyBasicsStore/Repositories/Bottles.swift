@@ -33,13 +33,14 @@ public struct BottleStatus: Sendable, Equatable {
 
     /// The state of a prepared-bottle event at `now`, or `nil` for any other event.
     public static func of(_ event: Event, settings: ChildSettings, now: Date) -> BottleStatus? {
-        guard case .feeding(.bottle(_, let prepared?, _, let feedingStartedAt)) = event.payload else { return nil }
+        guard case .feeding(.bottle(_, let prepared?, _, let feedingStartedAt, let refrigerated)) = event.payload else { return nil }
         if event.end != nil {
             return BottleStatus(event: event, state: .finished, expiresAt: nil, preparedMl: prepared)
         }
         // Whichever comes first (PRD §5): the limit from preparation, and, once fed, one hour
         // from the first sip. A first sip at 1 h 55 m does not stretch a 2 h bottle to 2 h 55 m.
-        var expiry = event.start.utc.addingTimeInterval(TimeInterval(settings.bottleExpiry.preparedMinutes * 60))
+        let limit = refrigerated ? settings.bottleExpiry.refrigeratedMinutes : settings.bottleExpiry.preparedMinutes
+        var expiry = event.start.utc.addingTimeInterval(TimeInterval(limit * 60))
         if let feedingStartedAt {
             expiry = min(expiry, feedingStartedAt.addingTimeInterval(TimeInterval(settings.bottleExpiry.feedingMinutes * 60)))
         }

@@ -323,7 +323,7 @@ public struct Dashboard: Sendable, Equatable {
             if let feedingId, let feedingStart, let feedingTz, let feedingOffset, let feedingData,
                case .feeding(let feeding) = try feedingData.payload(for: .feeding) {
                 var amount: Double?
-                if case .bottle(let fed, let prepared, let remaining, _) = feeding {
+                if case .bottle(let fed, let prepared, let remaining, _, _) = feeding {
                     // What the baby drank: never the prepared amount of a bottle not yet finished.
                     amount = fed ?? remaining.flatMap { remaining in prepared.map { max(0, $0 - remaining) } }
                 }

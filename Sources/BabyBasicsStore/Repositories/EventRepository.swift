@@ -186,8 +186,15 @@ public struct EventRepository: Sendable {
 
     /// Marks a prepared bottle as being fed. Only one feeding may be in progress per child
     /// (`feedingAlreadyActive`).
+    ///
+    /// The first sip is within the bottle's life: not before it was made nor more than 24 hours
+    /// after (`invalid(field: "at")`, checked by the database), and not more than 5 minutes
+    /// ahead of this clock. Its zone is the bottle's.
     public func startFeeding(_ bottleID: UUID, at started: Date, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
-        try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
+        guard started.timeIntervalSinceNow <= 300 else {
+            throw StoreError.invalid(field: "at", reason: "the first sip cannot be in the future")
+        }
+        return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('feeding_started_at', \(EventData.iso8601(started))::text)
             """, when: "NOT \(Self.feedingStarted)", refusal: "this bottle's feeding already started, or it is finished")
     }
@@ -204,12 +211,29 @@ public struct EventRepository: Sendable {
         return FinishedBottle(event: event)
     }
 
+    /// Marks a prepared bottle as kept in the fridge (or not): it then keeps 24 hours from
+    /// preparation instead of 2 (the child's `bottleExpiry.refrigeratedMinutes`), the first
+    /// sip's hour still counting if it comes first.
+    ///
+    /// ```swift
+    /// let cold = try await store.events.setRefrigerated(bottle.id, as: userID)
+    /// ```
+    @discardableResult
+    public func setRefrigerated(_ bottleID: UUID, _ refrigerated: Bool = true, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
+        try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: refrigerated
+            ? "data = e.data || '{\"refrigerated\": true}'::jsonb"
+            : "data = e.data - 'refrigerated'", when: "true", refusal: "this bottle is already finished")
+    }
+
     /// Discards a bottle (expired or not wanted), and whatever was not recorded as consumed
-    /// counts as waste. It ends at `end`, kept between when it was made and 24 hours later: a
-    /// bottle forgotten for days can always be discarded.
+    /// counts as waste. It ends at `end`, kept between its first sip (or when it was made) and
+    /// 24 hours after it was made: a bottle forgotten for days can always be discarded.
     public func discard(_ bottleID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> Event {
         try Validate.timestamp(end, field: "end")
-        let ended: SQL = "least(greatest(\(end.utc)::timestamptz, e.start_time), e.start_time + interval '24 hours')"
+        let ended: SQL = """
+            least(greatest(\(end.utc)::timestamptz, e.start_time, (e.data ->> 'feeding_started_at')::timestamptz),
+                  e.start_time + interval '24 hours')
+            """
         return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
                         ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END,
@@ -376,7 +400,7 @@ public struct FinishedBottle: Sendable, Equatable {
     public init(event: Event) { self.event = event }
     /// Prepared − remaining, in mL.
     public var consumedMl: Double {
-        guard case .feeding(.bottle(_, let prepared?, let remaining, _)) = event.payload else { return 0 }
+        guard case .feeding(.bottle(_, let prepared?, let remaining, _, _)) = event.payload else { return 0 }
         return max(0, prepared - (remaining ?? 0))
     }
 }

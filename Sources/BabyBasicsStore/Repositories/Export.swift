@@ -195,6 +195,7 @@ public struct ExportedEvent: Codable, Sendable, Equatable {
         if let amount = document.amountPreparedMl { values["amount_prepared_ml"] = .number(amount) }
         if let amount = document.amountRemainingMl { values["amount_remaining_ml"] = .number(amount) }
         if let started = document.feedingStartedAt { values["feeding_started_at"] = .string(started) }
+        if let refrigerated = document.refrigerated { values["refrigerated"] = .bool(refrigerated) }
         if let contents = document.contents { values["contents"] = .string(contents.rawValue) }
         if let category = document.category { values["category"] = .string(category) }
         data = values
