@@ -114,6 +114,24 @@ import Testing
 }
 
 @Suite struct TimelineTests {
+    /// One definition: a DBA's `timeline_events()` in psql and the app's timeline are the same
+    /// rows in the same order (a forgotten running sleep, an ended sleep across the day's
+    /// start, an instant, a bottle).
+    @Test func theDBAsTimelineIsTheApps() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "Europe/London")
+        try await fixture.log(child, user, .sleep, at("2026-11-19 22:00", "Europe/London"), end: at("2026-11-20 06:00", "Europe/London"))
+        try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 07:00", "Europe/London"))
+        _ = try await fixture.store.events.prepareBottle(for: child.id, preparedMl: 120, at: at("2026-11-20 08:00", "Europe/London"), as: user.id)
+        let forgotten = try await fixture.store.events.startSleep(for: child.id, at: at("2026-11-18 12:00", "Europe/London"), as: user.id)
+        let now = at("2026-11-20 12:00", "Europe/London").utc
+        let app = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), now: now, as: user.id)
+        let dba = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_readonly"))
+        let rows = try await dba.query("SELECT id FROM timeline_events(\(child.id), \(app.from), \(app.to), \(now))").decodeColumn(UUID.self)
+        await dba.close()
+        #expect(rows == app.events.map(\.id) && rows.count == 4 && rows.last == forgotten.id, "\(rows)")
+    }
+
     /// A day's length and which of the events placed around its edges belong to it.
     @Test(arguments: [
         ("America/New_York", "2026-03-08", 23), ("America/New_York", "2026-11-01", 25),

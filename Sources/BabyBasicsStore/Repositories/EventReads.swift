@@ -16,25 +16,12 @@ public struct Timeline: Sendable, Equatable {
 }
 
 extension EventRepository {
-    /// Events overlapping `[from, to)`: instants (diapers, notes, bottles without an end) by
-    /// their start; ended events by their interval; a running sleep until `now`. Ended events
-    /// last at most 24 hours, so `start_time >= from - 24 h` bounds the index scan exactly; a
-    /// sleep left running for longer (a forgotten timer) is the child's one running sleep,
-    /// found by its own index (`events_one_active_sleep`), whatever its age.
+    /// Events overlapping `[from, to)`, newest first: the database's `timeline_events()`
+    /// (Migrations/0018), so a DBA and the app read the same day. Instants (diapers, notes,
+    /// bottles without an end) by their start; ended events by their interval; a running sleep
+    /// until `now`, whatever its age.
     static func overlapping(child: UUID, from: SQL, to: SQL, now: Date) -> SQL {
-        """
-        SELECT \(Event.columns) FROM events e
-        WHERE e.child_id = \(child) AND e.deleted_at IS NULL
-          AND e.start_time < \(to) AND e.start_time >= \(from) - interval '24 hours'
-          AND (e.start_time >= \(from)
-               OR e.end_time > \(from)
-               OR (e.end_time IS NULL AND e.event_type = 'sleep' AND \(now) > \(from)))
-        UNION ALL
-        SELECT \(Event.columns) FROM events e
-        WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
-          AND e.start_time < \(from) - interval '24 hours' AND \(now) > \(from)
-        ORDER BY start_time DESC, id
-        """
+        "SELECT \(Event.columns) FROM timeline_events(\(child), \(from), \(to), \(now)) AS e"
     }
 
     /// The child's day `day` (by its `day_start_time` and time zone), newest first.

@@ -149,17 +149,14 @@ struct SyncPageBuilder {
             """
     }
 
-    /// Per child, the first `limit` events stamped above its position, in stamp order
-    /// (`events_child_change_seq_key`).
+    /// Per child, the first `limit` events stamped above its position, in stamp order: the
+    /// database's `sync_events_since()` (what a DBA runs), one range scan of
+    /// `events_child_change_seq_key` each.
     static func events(of children: [UUID], after positions: [Int64], limit: Int) -> SQL {
         """
         SELECT \(Event.columns), e.change_seq AS sync_seq
         FROM unnest(\(children)::uuid[], \(positions)::bigint[]) AS pos(child_id, after)
-        CROSS JOIN LATERAL (
-            SELECT * FROM events
-            WHERE child_id = pos.child_id AND change_seq > pos.after
-            ORDER BY change_seq LIMIT \(limit)
-        ) AS e
+        CROSS JOIN LATERAL sync_events_since(pos.child_id, pos.after, \(Int32(limit))) AS e
         """
     }
 
