@@ -179,7 +179,7 @@ import Glibc
         // The group roles are cluster-wide and this role may not create them: as in
         // production, an administrator has (else the live database lacks the grants the
         // scratch one gets, which verify rightly reports as drift).
-        for group in ["babybasics_app", "babybasics_readonly"] {
+        for group in ["babybasics_app", "babybasics_readonly", "babybasics_analytics"] {
             _ = try? await connection.execute("CREATE ROLE \(identifier: group) NOLOGIN")
         }
         let (role, asRole) = try await loginRole("bb_nocreatedb", "NOSUPERUSER NOCREATEDB", on: connection, database: database)
