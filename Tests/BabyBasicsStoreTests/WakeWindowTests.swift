@@ -45,10 +45,15 @@ import Testing
         #expect(extreme.confidence == .high)
     }
 
+    /// PRD §12's example, by its own numbers: at the 12-week threshold (60-90 → 75-120 min),
+    /// day 1 is 80 % old / 20 % new, day 4 50 / 50, day 7 all new.
     @Test func blendsOverSevenDaysAtAnAgeThreshold() {
-        #expect(WakeWindow.blendedRange(ageDays: 84) == (60, 90))
-        let midway = WakeWindow.blendedRange(ageDays: 84 + 3)
-        #expect(midway.min > 60 && midway.min < 75 && midway.max > 90 && midway.max < 120)
+        #expect(WakeWindow.blendedRange(ageDays: 83) == (60, 90), "the day before: the old range")
+        #expect(WakeWindow.blendedRange(ageDays: 84) == (63, 96), "day 1: 20 % new")
+        #expect(WakeWindow.blendedRange(ageDays: 84 + 3) == (67.5, 105), "day 4: 50 %")
+        let day5 = WakeWindow.blendedRange(ageDays: 84 + 4)
+        #expect(day5.min > 67.5 && day5.min < 75, "between day 4 and day 7")
+        #expect(WakeWindow.blendedRange(ageDays: 84 + 6) == (75, 120), "day 7: the new range")
         #expect(WakeWindow.blendedRange(ageDays: 84 + 7) == (75, 120))
     }
 
@@ -72,5 +77,24 @@ import Testing
         #expect(prediction.confidence == .high)
         let rate = try await fixture.store.events.predictionHitRate(for: child.id, now: now, as: user.id)
         #expect(rate.total == samples.count && (rate.rate ?? 0) > 0.4)
+    }
+
+    /// The prediction reads the last wake's hour in the child's zone, as the hit rate does: a
+    /// nap logged from a phone still set to Tokyo does not turn a New York evening (window
+    /// stretched by 10 %) into a Tokyo morning (shortened by 10 %).
+    @Test func thePredictionUsesTheChildsZone() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        let start = at("2026-11-20 17:00"), end = at("2026-11-20 18:30")
+        try await fixture.log(child, user, .sleep, EventTimestamp(start.utc, in: TimeZone(identifier: "Asia/Tokyo") ?? .gmt),
+                              end: EventTimestamp(end.utc, in: TimeZone(identifier: "Asia/Tokyo") ?? .gmt))
+        let now = at("2026-11-20 18:45").utc
+        let prediction = try #require(try await fixture.store.events.predictNextSleep(for: child.id, now: now, as: user.id))
+        let ageDays = PostgresDate(now, in: TimeZone(identifier: "America/New_York") ?? .gmt).daysSince2000 - child.birthDate.daysSince2000
+        let samples = try await fixture.store.events.wakeWindowSamples(for: child.id, now: now, as: user.id)
+        let newYork = WakeWindow.predict(childName: child.name, ageDays: ageDays, lastWake: end.utc, lastWakeHour: 18, samples: samples)
+        let tokyo = WakeWindow.predict(childName: child.name, ageDays: ageDays, lastWake: end.utc, lastWakeHour: 8, samples: samples)
+        #expect(newYork != tokyo)
+        #expect(prediction == newYork)
     }
 }

@@ -66,15 +66,26 @@ public enum WakeWindow {
         return (row.minMinutes, row.maxMinutes)
     }
 
-    /// The range blended over the 7 days after an age threshold (PRD §12 code: linear,
-    /// days since the threshold / 7).
+    /// The range blended over the 7 days from an age threshold, by PRD §12's own numbers:
+    /// day 1 (the day the threshold is crossed) 20 % new range, day 4 50 %, day 7 100 %, and
+    /// linear between those days. (The PRD's sample code, days / 7, gives 14 % and 57 %.)
     public static func blendedRange(ageDays: Int) -> (min: Double, max: Double) {
         let current = ageRange(ageDays: ageDays)
         let previous = ageRange(ageDays: max(0, ageDays - 7))
         guard current != previous else { return current }
         let lowerBound = table.lazy.map(\.untilDay).filter { $0 <= ageDays }.max() ?? 0
-        let factor = min(1.0, Double(ageDays - lowerBound) / 7.0)
+        let factor = blendFactor(daysSinceThreshold: ageDays - lowerBound)
         return (previous.min + (current.min - previous.min) * factor, previous.max + (current.max - previous.max) * factor)
+    }
+
+    /// The share of the new range on day `daysSinceThreshold + 1` of the transition.
+    static func blendFactor(daysSinceThreshold days: Int) -> Double {
+        switch days {
+        case ..<0: 0
+        case 0...3: 0.2 + 0.1 * Double(days)            // days 1-4: 20 % → 50 %
+        case 4...5: 0.5 + 0.5 / 3 * Double(days - 3)    // days 5-6, on to 100 % on day 7
+        default: 1
+        }
     }
 
     /// Wake windows (minutes) of samples that qualify: a known previous wake, and a sleep of at
@@ -171,7 +182,8 @@ extension EventRepository {
         let dashboard = try await dashboard(for: childID, now: now, as: actingUser)
         guard dashboard.activeSleep == nil, let lastSleep = dashboard.lastSleep else { return nil }
         let samples = try await wakeWindowSamples(for: childID, now: now, as: actingUser)
-        let zone = TimeZone(identifier: lastSleep.end.timeZone) ?? TimeZone(identifier: child.settings.timezone) ?? .gmt
+        // The child's zone, as for the hit rate and the child's day (not the last sleep's).
+        let zone = TimeZone(identifier: child.settings.timezone) ?? .gmt
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = zone
         let ageDays = PostgresDate(now, in: zone).daysSince2000 - child.birthDate.daysSince2000
