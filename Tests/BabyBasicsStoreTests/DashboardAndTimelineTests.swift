@@ -202,13 +202,21 @@ import Testing
         #expect(zip(timeline.events, timeline.events.dropFirst()).allSatisfy { $0.start.utc > $1.start.utc })
     }
 
+    /// The app's own statements, over a history of every event type (breast and bottle
+    /// feedings, prepared bottles, diapers, ended sleeps, notes): index scans, no Seq Scan.
     @Test func theTimelineQueryUsesItsIndex() async throws {
         let fixture = try await StoreFixture.make()
         let (user, child) = try await fixture.family(zone: "UTC")
         try await fixture.admin.execute("""
-            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
-            SELECT \(child.id), \(user.id), 'diaper', timestamptz '2025-01-01 00:00+00' + n * interval '37 minutes', 'UTC', 0, '{"contents":"wet"}'
-            FROM generate_series(0, 30000) AS n
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, end_time, end_tz, end_offset_seconds, data)
+            SELECT \(child.id), \(user.id), (ARRAY['feeding', 'diaper', 'sleep', 'note', 'feeding', 'feeding'])[n % 6 + 1],
+                   t, 'UTC', 0,
+                   CASE WHEN n % 6 IN (2, 5) THEN t + interval '30 minutes' END, CASE WHEN n % 6 IN (2, 5) THEN 'UTC' END,
+                   CASE WHEN n % 6 IN (2, 5) THEN 0 END,
+                   (ARRAY['{"kind":"breast","started_side":"left","both_sides":true}', '{"contents":"wet"}', '{}', '{"category":"health"}',
+                          '{"kind":"bottle","amount_ml":90}',
+                          '{"kind":"bottle","amount_prepared_ml":120,"amount_remaining_ml":20,"feeding_started_at":"' || to_char(t + interval '5 minutes', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || '"}'])[n % 6 + 1]::jsonb
+            FROM generate_series(0, 30000) AS n, LATERAL (SELECT timestamptz '2025-01-01 00:00+00' + n * interval '37 minutes' AS t) AS s
             """)
         try await fixture.admin.execute("ANALYZE events")
         let now = Date(timeIntervalSince1970: 1_737_000_000)
@@ -216,7 +224,7 @@ import Testing
         let to = now.addingTimeInterval(3 * 3600)
         let timeline = EventRepository.overlapping(child: child.id, from: "\(from)::timestamptz", to: "\(to)::timestamptz", now: now)
         let plan = try await fixture.admin.query("EXPLAIN \(timeline)").decodeColumn(String.self).joined(separator: "\n")
-        #expect(plan.contains("idx_events_child_time"), "\(plan)")
+        #expect(plan.contains("idx_events_child_time") && !plan.contains("Seq Scan on events"), "\(plan)")
         let dashboard = try await fixture.admin.query("EXPLAIN \(Dashboard.query(child: child.id, now: now, actingUser: user.id))")
             .decodeColumn(String.self).joined(separator: "\n")
         #expect(dashboard.contains("idx_events_child_time"), "\(dashboard)")
