@@ -15,6 +15,12 @@ struct DomainData {
                           "end_time", "end_tz", "end_offset_seconds", "data", "notes", "change_seq"]
 
     /// Creates `count` users and children (one family each); returns them.
+    /// A finished prepared bottle whose first sip came 5 minutes after it was made (the
+    /// schema checks that the sip lies within the bottle's life).
+    static func bottle(firstSip: Date) -> JSONB {
+        JSONB(#"{"kind":"bottle","amount_prepared_ml":150,"amount_remaining_ml":20,"feeding_started_at":"\#(firstSip.formatted(.iso8601))"}"#)
+    }
+
     static func families(_ connection: PostgresConnection, count: Int, tag: String) async throws -> [Family] {
         var families: [Family] = []
         for index in 0..<count {
@@ -43,7 +49,6 @@ struct DomainData {
         let documents = [
             "left": JSONB(#"{"kind":"breast","started_side":"left","both_sides":false}"#),
             "right": JSONB(#"{"kind":"breast","started_side":"right","both_sides":true}"#),
-            "bottle": JSONB(#"{"kind":"bottle","amount_prepared_ml":150,"amount_remaining_ml":20,"feeding_started_at":"2025-01-01T00:00:00Z"}"#),
             "wet": JSONB(#"{"contents":"wet"}"#), "dirty": JSONB(#"{"contents":"dirty"}"#), "both": JSONB(#"{"contents":"both"}"#),
             "sleep": JSONB("{}"), "note": JSONB(#"{"category":"health"}"#),
         ]
@@ -84,7 +89,8 @@ struct DomainData {
                         sequence += 1
                         try writer.append([
                             UUID(), family.child, family.user, family.user, event.type, start, family.zone, offset,
-                            endDate, endDate == nil ? nil : family.zone, endOffset, documents[event.doc], event.note,
+                            endDate, endDate == nil ? nil : family.zone, endOffset,
+                            event.doc == "bottle" ? bottle(firstSip: start.addingTimeInterval(300)) : documents[event.doc], event.note,
                             sequence,
                         ])
                     }
