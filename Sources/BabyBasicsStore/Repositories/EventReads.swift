@@ -245,7 +245,7 @@ public struct Dashboard: Sendable, Equatable {
             ORDER BY e.start_time DESC LIMIT 1
         ) AS lb ON true
         CROSS JOIN LATERAL (
-            SELECT count(*) FILTER (WHERE e.event_type = 'feeding' AND \(Self.fedAt) >= span.day_from AND \(Self.fedAt) < span.day_to) AS feeds,
+            SELECT count(*) FILTER (WHERE e.event_type = 'feeding' AND clip.fed_at >= span.day_from AND clip.fed_at < span.day_to) AS feeds,
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('wet', 'both')) AS pee,
                    count(*) FILTER (WHERE e.event_type = 'diaper' AND e.start_time >= span.day_from AND e.data ->> 'contents' IN ('dirty', 'both')) AS poop,
                    count(*) FILTER (WHERE e.event_type = 'note' AND e.start_time >= span.day_from) AS notes,
@@ -264,7 +264,8 @@ public struct Dashboard: Sendable, Equatable {
             ) AS e
             CROSS JOIN LATERAL (
                 SELECT greatest(e.start_time, span.day_from) AS lo,
-                       least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) AS hi
+                       least(coalesce(e.end_time, greatest(\(now)::timestamptz, e.start_time)), span.day_to) AS hi,
+                       \(Self.fedAt) AS fed_at
             ) AS clip
         ) AS counts
         CROSS JOIN LATERAL (

@@ -107,24 +107,30 @@ public struct EventRepository: Sendable {
         expected.map { "AND e.revision = \($0)" } ?? ""
     }
 
-    /// After a change that was not applied: `conflict(current:)` when the event is no longer
-    /// at the version the caller saw.
-    func conflictIfChanged(_ eventID: UUID, expected: Int?, as actingUser: UUID) async throws {
-        guard let expected else { return }
-        let latest = try await get(eventID, as: actingUser)
-        if latest.revision != expected { throw StoreError.conflict(current: latest) }
+    /// `conflict(current:)` when `current` is no longer at the version the caller saw.
+    static func ensure(_ current: Event, isAt expected: Int?) throws {
+        if let expected, current.revision != expected { throw StoreError.conflict(current: current) }
     }
 
-    /// Runs an UPDATE that ends a timer; the database's 24-hour limit refusing it becomes
-    /// `timerTooLong(startedAt:)` with the timer's start, so the caller can ask when it
-    /// really ended. `sleepOf`: the child's running sleep; `bottle`: that bottle.
-    func timerEnding<T>(sleepOf childID: UUID? = nil, bottle: UUID? = nil, isolation: isolated (any Actor)? = #isolation,
-                        _ body: () async throws -> T) async throws -> T {
+    /// After a change that was not applied: `conflict(current:)` when the event is no longer
+    /// at the version the caller saw (one read, only when the caller gave a revision).
+    func conflictIfChanged(_ eventID: UUID, expected: Int?, as actingUser: UUID) async throws {
+        guard expected != nil else { return }
+        try Self.ensure(try await get(eventID, as: actingUser), isAt: expected)
+    }
+
+    /// A child's running sleep (`e`), as a SQL condition: `events_one_active_sleep`'s rule.
+    static func runningSleep(of childID: UUID) -> SQL {
+        "e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
+    }
+
+    /// Runs an UPDATE that ends the timer `timer` (a condition on `e`); the database's 24-hour
+    /// limit refusing it becomes `timerTooLong(startedAt:)` with the timer's start, so the
+    /// caller can ask when it really ended.
+    func timerEnding<T>(_ timer: SQL, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
         } catch StoreError.invalid(field: "end", reason: let reason) where reason == StoreError.maxDuration {
-            let timer: SQL = bottle.map { "e.id = \($0)" }
-                ?? "e.child_id = \(childID ?? UUID()) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"
             let rows = try await mappingErrors { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
             guard let row = rows.first else { throw StoreError.invalid(field: "end", reason: reason) }
             throw StoreError.timerTooLong(startedAt: try Event.Row(row).event().start)
@@ -134,10 +140,7 @@ public struct EventRepository: Sendable {
     /// The running sleep of a child, if any (the caller's membership was checked already).
     private func activeSleepID(of childID: UUID) async throws -> UUID? {
         try await mappingErrors {
-            try await pool.query("""
-                SELECT e.id FROM events e
-                WHERE e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
-                """).first?.decode(UUID.self, at: 0)
+            try await pool.query("SELECT e.id FROM events e WHERE \(Self.runningSleep(of: childID))").first?.decode(UUID.self, at: 0)
         }
     }
 
@@ -154,13 +157,13 @@ public struct EventRepository: Sendable {
     /// since, `conflict(current:)` with theirs.
     public func endSleep(for childID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> EndedSleep {
         try Validate.timestamp(end, field: "end")
-        let rows = try await timerEnding(sleepOf: childID) {
+        let rows = try await timerEnding(Self.runningSleep(of: childID)) {
           try await eventErrors(child: "\(childID)") {
             try await pool.query("""
                 WITH me AS (\(Authorization.membership(of: childID, for: actingUser))),
                 ended AS (
                     UPDATE events e SET end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds), updated_by = \(actingUser)
-                    WHERE e.child_id = \(childID) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+                    WHERE \(Self.runningSleep(of: childID))
                       AND EXISTS (SELECT FROM me) \(Self.revision(expectedRevision))
                     RETURNING \(Event.columns)
                 )
@@ -204,7 +207,7 @@ public struct EventRepository: Sendable {
     public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> FinishedBottle {
         guard remainingMl.isFinite, remainingMl >= 0 else { throw StoreError.invalid(field: "remainingMl", reason: "must be 0 or more") }
         try Validate.timestamp(end, field: "end")
-        let event = try await timerEnding(bottle: bottleID) { try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
+        let event = try await timerEnding("e.id = \(bottleID)") { try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('amount_remaining_ml', \(remainingMl)::float8),
             end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
             """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl") }
@@ -309,7 +312,7 @@ public struct EventRepository: Sendable {
         }
         let current = try await get(eventID, as: actingUser)
         if current.isDeleted { return current }
-        try await conflictIfChanged(eventID, expected: expectedRevision, as: actingUser)
+        try Self.ensure(current, isAt: expectedRevision)
         return current
     }
 
@@ -321,8 +324,8 @@ public struct EventRepository: Sendable {
             set: "deleted_at = NULL, deleted_by = NULL", when: "e.deleted_at > now() - interval '30 days' \(Self.revision(expectedRevision))") {
             return restored
         }
-        try await conflictIfChanged(eventID, expected: expectedRevision, as: actingUser)
         let current = try await get(eventID, as: actingUser)
+        try Self.ensure(current, isAt: expectedRevision)
         guard current.isDeleted else { return current }
         throw StoreError.stateConflict(reason: "the event was deleted more than 30 days ago and can no longer be restored")
     }

@@ -132,14 +132,14 @@ private final class FirstFlag: @unchecked Sendable {
 }
 
 enum CSV {
-    /// The columns people type into (`logged_by`, `notes`): the ones a formula can hide in.
-    static let freeText: Set<Int> = [7, 8]
+    /// The columns people type into: the ones a formula can hide in.
+    static let freeText: Set<String> = ["logged_by", "notes"]
 
     /// One row of `events_export` as written: NULL is an empty field, free text is defused.
     static func line(_ row: PostgresRow) throws -> String {
-        try (0..<row.columns.count).map { column in
+        try row.columns.indices.map { column in
             let value = try row.decode(String?.self, at: column) ?? ""
-            return quote(freeText.contains(column) ? defuse(value) : value)
+            return quote(freeText.contains(row.columns[column].name) ? defuse(value) : value)
         }.joined(separator: ",")
     }
 
