@@ -15,6 +15,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        // The server ecosystem's logging, metrics, tracing and service lifecycle (see README, "Operating it").
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         // `swift package generate-documentation` for the DocC catalogs (make docs, make test).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
@@ -28,13 +33,21 @@ let package = Package(
         // epoll (Linux) / kqueue (macOS) readiness for the wrapper's I/O threads.
         .target(name: "CEventLoop"),
         // The Swift wrapper of libpq: connections, safe SQL, binary types, rows, errors, pool.
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CEventLoop"]),
+        .target(name: "Postgres", dependencies: [
+            "CLibPQ", "CEventLoop",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+            .product(name: "Tracing", package: "swift-distributed-tracing"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         // initdb/pg_ctl driven throw-away or development clusters, and test databases.
-        .target(name: "EmbeddedPostgres", dependencies: ["Postgres"]),
+        .target(name: "EmbeddedPostgres", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log")]),
         // The migration engine: files, checksums, history, lock, drift check.
-        .target(name: "Migrator", dependencies: ["Postgres", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "Migrator", dependencies: [
+            "Postgres", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
+        ]),
         // Typed repositories for backend services.
-        .target(name: "BabyBasicsStore", dependencies: ["Postgres"]),
+        .target(name: "BabyBasicsStore", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log")]),
         // The thin command-line front end.
         .executableTarget(
             name: "bbmigrate",
@@ -43,14 +56,23 @@ let package = Package(
                 "EmbeddedPostgres",
                 "Migrator",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based")]),
+        .testTarget(name: "PostgresTests", dependencies: [
+            "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+            .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
+        ]),
         .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
         .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres", "Migrator"]),
         .testTarget(name: "MigratorTests", dependencies: ["Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
         .testTarget(name: "BabyBasicsStoreTests", dependencies: [
             "BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Postgres
 
 /// The one server session a bbmigrate run works on, and the migration lock it holds.
@@ -23,7 +24,7 @@ import Postgres
 ///
 /// ```swift
 /// let session = try await MigrationSession.open(configuration, target: "the database", detectPooler: true)
-/// try await session.acquireLock(timeout: .seconds(60), log: { print($0) })
+/// try await session.acquireLock(timeout: .seconds(60), logger: Logger(label: "bbmigrate"))
 /// defer { Task { await session.close() } }
 /// ```
 public struct MigrationSession: Sendable {
@@ -112,9 +113,9 @@ public struct MigrationSession: Sendable {
 
     // MARK: The lock
 
-    /// Polls for the migration lock until `timeout`; `log` hears who holds it meanwhile.
+    /// Polls for the migration lock until `timeout`; `logger` hears who holds it meanwhile.
     /// `purpose` names the waiting command in the timeout message ("verify", "up").
-    public func acquireLock(timeout: Duration, purpose: String = "up", log: @Sendable (String) -> Void) async throws {
+    public func acquireLock(timeout: Duration, purpose: String = "up", logger: Logger) async throws {
         let clock = ContinuousClock()
         let deadline = clock.now + timeout
         var lastHolder: Int32?
@@ -122,7 +123,7 @@ public struct MigrationSession: Sendable {
             if try await connection.fetchValue(Bool.self, "SELECT pg_try_advisory_lock(\(lockKey))") == true { return }
             let holder = try await holder()
             if let holder, holder.pid != lastHolder {
-                log("waiting for the migration lock, held by server process \(holder.pid)\(holder.description)")
+                logger.info("waiting for the migration lock, held by server process \(holder.pid)\(holder.description)")
                 lastHolder = holder.pid
             }
             if clock.now >= deadline {

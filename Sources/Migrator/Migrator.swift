@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Postgres
 
 /// Applies, inspects and verifies the SQL migrations of one database.
@@ -37,19 +38,20 @@ public struct Migrator: Sendable {
         public var allowOutOfOrder: Bool
         /// Refuse a transaction pooler (on by default; the scratch database of `verify` skips it).
         public var detectPooler: Bool
-        /// Progress messages (stderr in the CLI).
-        public var log: @Sendable (String) -> Void
+        /// Progress (each file applied, lock waits, leftovers cleaned up) at `info`; the
+        /// CLI sends it to stderr. The connections log through the configuration's logger.
+        public var logger: Logger
 
         public init(
             directory: URL, lockTimeout: Duration = .seconds(60), ddlLockTimeout: Duration = .seconds(10),
-            allowOutOfOrder: Bool = false, detectPooler: Bool = true, log: @escaping @Sendable (String) -> Void = { _ in }
+            allowOutOfOrder: Bool = false, detectPooler: Bool = true, logger: Logger = Logger(label: "bbmigrate")
         ) {
             self.directory = directory
             self.lockTimeout = lockTimeout
             self.ddlLockTimeout = ddlLockTimeout
             self.allowOutOfOrder = allowOutOfOrder
             self.detectPooler = detectPooler
-            self.log = log
+            self.logger = logger
         }
     }
 
@@ -80,7 +82,7 @@ public struct Migrator: Sendable {
     func withLockedSession<T: Sendable>(purpose: String, _ body: (MigrationSession) async throws -> T) async throws -> T {
         let session = try await MigrationSession.open(configuration, target: targetDescription, detectPooler: options.detectPooler)
         do {
-            try await session.acquireLock(timeout: options.lockTimeout, purpose: purpose, log: options.log)
+            try await session.acquireLock(timeout: options.lockTimeout, purpose: purpose, logger: options.logger)
             let value = try await body(session)
             await session.releaseLock()
             await session.close()
@@ -202,7 +204,7 @@ public struct Migrator: Sendable {
 
     private func apply(_ planned: PlannedMigration, in session: MigrationSession) async throws -> AppliedMigration {
         let file = planned.file
-        options.log("applying \(file.fileName)…")
+        options.logger.info("applying \(file.fileName)…")
         let clock = ContinuousClock()
         let started = clock.now
         let timeout = lockTimeoutMilliseconds

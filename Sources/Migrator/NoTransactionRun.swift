@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Postgres
 
 /// Applies a `-- bbmigrate:no-transaction` file: its statements one at a time, outside a
@@ -29,7 +30,7 @@ struct NoTransactionRun {
         let connection = session.connection
         let file = self.file
         let done = try await alreadyRun()
-        if !done.isEmpty { migrator.options.log("resuming \(file.fileName): \(done.count) of \(statements.count) statements already ran") }
+        if !done.isEmpty { migrator.options.logger.info("resuming \(file.fileName): \(done.count) of \(statements.count) statements already ran") }
         try await connection.execute("SELECT set_config('lock_timeout', \(lockTimeout), false)")
         let clock = ContinuousClock()
         let started = clock.now
@@ -122,7 +123,7 @@ struct NoTransactionRun {
             """).decodeColumn(String.self)
         for schemaName in leftover {
             try await connection.execute("DROP INDEX CONCURRENTLY IF EXISTS \(identifier: schemaName, name)")
-            migrator.options.log("dropped the INVALID index \(schemaName).\(name) left by an earlier failed build of \(file.fileName):\(statement.line)")
+            migrator.options.logger.info("dropped the INVALID index \(schemaName).\(name) left by an earlier failed build of \(file.fileName):\(statement.line)")
         }
     }
 

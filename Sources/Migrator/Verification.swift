@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Postgres
 
 /// The result of `bbmigrate verify`: the three checks and every problem found.
@@ -181,7 +182,7 @@ extension Migrator {
             var scratchConfiguration = server
             scratchConfiguration.database = name
             var scratchOptions = options
-            scratchOptions.log = { _ in }
+            scratchOptions.logger.logLevel = .warning // its progress is not the run's
             scratchOptions.allowOutOfOrder = true
             scratchOptions.detectPooler = false
             let builder = Migrator(configuration: scratchConfiguration, options: scratchOptions, targetDescription: "the scratch database")
@@ -215,7 +216,7 @@ extension Migrator {
             """).decodeColumn(String.self) else { return }
         for name in names {
             if (try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")) != nil {
-                options.log("dropped \(name), a scratch database left by an interrupted verify")
+                options.logger.info("dropped \(name), a scratch database left by an interrupted verify")
             }
         }
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import EmbeddedPostgres
 import Foundation
+import Logging
 import Migrator
 import Postgres
 
@@ -23,6 +24,9 @@ struct TargetOptions: ParsableArguments {
 
     @Option(name: .customLong("ddl-lock-timeout"), help: "Seconds a migration statement may wait for a table lock before giving up (lock_timeout).")
     var ddlLockTimeout = 10
+
+    @Option(name: .customLong("log-level"), help: "trace, debug (every SQL statement, without values), info (progress, the default), warning, error. Default: $BB_LOG_LEVEL or info.")
+    var logLevel: String?
 
     /// Resolves the database, first match wins. Says on stderr when the embedded one is used.
     /// A `--url` or `DATABASE_URL` that is set but empty (an unset variable in a deploy script)
@@ -66,10 +70,19 @@ struct TargetOptions: ParsableArguments {
                 "--lock-timeout must be 0 to 604800 seconds and --ddl-lock-timeout 1 to 2147483 seconds (PostgreSQL's lock_timeout limit)",
                 fix: "pass a number of seconds in range, for example --lock-timeout 60 --ddl-lock-timeout 10")
         }
-        let (configuration, description) = try await target()
+        let loggers: (migrator: Logger, connections: Logger)
+        do {
+            loggers = try CommandLogging.loggers(level: logLevel)
+        } catch {
+            throw MigratorError.configuration("\(error)", fix: "pass --log-level info (or unset BB_LOG_LEVEL)")
+        }
+        var (configuration, description) = try await target()
+        configuration.logger = loggers.connections
+        // Migrations are slow by nature; each file's time is in the output already.
+        configuration.slowQueryThreshold = nil
         let options = Migrator.Options(
             directory: URL(fileURLWithPath: directory), lockTimeout: .seconds(lockTimeout), ddlLockTimeout: .seconds(ddlLockTimeout),
-            allowOutOfOrder: allowOutOfOrder, log: { printError("bbmigrate: " + $0) })
+            allowOutOfOrder: allowOutOfOrder, logger: loggers.migrator)
         return Migrator(configuration: configuration, options: options, targetDescription: description)
     }
 

@@ -16,14 +16,16 @@ struct StoreFixture {
     let admin: PostgresConnection
     let database: TestDatabase
 
-    static func make() async throws -> StoreFixture {
+    /// `configure` adjusts the store's connection configuration (a capturing logger, say).
+    static func make(configure: (inout PostgresConfiguration) -> Void = { _ in }) async throws -> StoreFixture {
         let database = try await TestPostgres.shared.makeDatabase(template: "store_tests_template") { connection in
             let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
             let cluster = try await TestPostgres.shared.cluster()
             let migrator = Migrator(configuration: PostgresConfiguration(try cluster.connectionString(database: name)), options: .init(directory: migrationsFolder))
             try await migrator.up()
         }
-        let appRole = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
+        var appRole = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
+        configure(&appRole)
         let pool = PostgresPool(configuration: appRole, options: PoolOptions(maximumConnections: 6))
         return StoreFixture(store: Store(pool: pool), admin: try await database.connect(), database: database)
     }

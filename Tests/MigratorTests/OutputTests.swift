@@ -77,3 +77,37 @@ import Testing
         #expect(try dashboard.statements().contains { $0.concurrentIndexName?.name == "idx_events_child_last_breast" })
     }
 }
+
+/// bbmigrate logs through swift-log on stderr: progress at info, each statement (text and
+/// parameter count, never values) at debug, nothing of the connections by default.
+@Suite struct CLILoggingTests {
+    @Test func progressByDefaultAndEveryStatementAtDebugWithoutValues() async throws {
+        let folder = try MigrationFolder()
+        try folder.write("0001_growth.sql", "CREATE TABLE growth (id int, note text DEFAULT 'Zq7-literal');")
+        let (quiet, _) = try await emptyDatabase()
+        let plain = try await bbmigrate("up", "--url", quiet.connectionString, "--dir", folder.path)
+        #expect(plain.status == 0)
+        #expect(plain.stderr.contains("bbmigrate: applying 0001_growth.sql"))
+        #expect(!plain.stderr.contains("postgres: "))
+
+        let (loud, _) = try await emptyDatabase()
+        let debug = try await bbmigrate("up", "--log-level", "debug", "--url", loud.connectionString, "--dir", folder.path)
+        #expect(debug.status == 0)
+        let statements = debug.stderr.split(separator: "\n").filter { $0.hasPrefix("postgres: statement ") }
+        #expect(statements.count > 3)
+        // The history insert binds the file's name and checksum: the log shows placeholders.
+        #expect(statements.contains { $0.contains("INSERT INTO bbmigrate.schema_migrations") && $0.contains("$1") })
+        #expect(statements.allSatisfy { $0.contains("db.query.parameter_count=") })
+        #expect(debug.stderr.contains("postgres: connected"))
+
+        let environment = try await bbmigrate("status", "--url", loud.connectionString, "--dir", folder.path, environment: ["BB_LOG_LEVEL": "debug"])
+        #expect(environment.stderr.contains("postgres: statement "))
+    }
+
+    @Test func anUnknownLogLevelIsAUsageErrorThatNamesTheChoices() async throws {
+        let result = try await bbmigrate("up", "--log-level", "loud", "--url", "postgresql://127.0.0.1:1/x", "--dir", repositoryMigrations.path)
+        #expect(result.status == 2)
+        #expect(result.stderr.contains("unknown log level \"loud\""))
+        #expect(result.stderr.contains("trace, debug, info"))
+    }
+}

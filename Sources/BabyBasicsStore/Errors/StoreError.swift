@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Postgres
 
 /// Every way a repository call can be refused, for HTTP handlers to turn into a response.
@@ -130,9 +131,9 @@ enum StoreRetry {
 
 /// Runs `body`, translating database errors into `StoreError` where they have a domain
 /// meaning, after `retryingSafeErrors` has run it again where that is safe.
-func mappingErrors<T>(retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+func mappingErrors<T>(_ logger: Logger, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
     do {
-        return try await retryingSafeErrors(retrying: retrying, body)
+        return try await retryingSafeErrors(logger, retrying: retrying, body)
     } catch let error as PostgresError {
         throw StoreError.map(error)
     }
@@ -146,7 +147,9 @@ func mappingErrors<T>(retrying: Bool = true, isolation: isolated (any Actor)? = 
 /// cancelled. `.outcomeUnknown` is never retried: it becomes `StoreError.outcomeUnknown`.
 /// Other errors come back unchanged. `retrying: false` for calls whose body has effects
 /// outside the database (an export writing to its consumer).
-func retryingSafeErrors<T>(retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+/// Retries are logged at `info`, an unknown outcome at `warning`, through the pool's logger
+/// (kinds and SQLSTATEs only, never values).
+func retryingSafeErrors<T>(_ logger: Logger, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
     var attempt = 1
     while true {
         do {
@@ -155,8 +158,15 @@ func retryingSafeErrors<T>(retrying: Bool = true, isolation: isolated (any Actor
             switch error.retry {
             case .safe where retrying && attempt < StoreRetry.attempts && !Task.isCancelled:
                 attempt += 1
+                logger.info("store call failed safely (nothing was applied); running it again", metadata: [
+                    "error.kind": "\(error.kind.rawValue)", "db.response.status_code": "\(error.sqlState ?? "")",
+                    "attempt": "\(attempt)", "attempts": "\(StoreRetry.attempts)",
+                ])
                 try await Task.sleep(for: StoreRetry.backoff(before: attempt))
             case .outcomeUnknown:
+                logger.warning("the connection was lost before the database confirmed a change; it may or may not be saved (StoreError.outcomeUnknown)", metadata: [
+                    "error.kind": "\(error.kind.rawValue)",
+                ])
                 throw StoreError.outcomeUnknown(reason: error.message)
             default:
                 throw error

@@ -69,7 +69,7 @@ public struct EventRepository: Sendable {
     /// `childOf(eventID)`): the winner is always looked up in that child, never elsewhere.
     func eventErrors<T>(child: SQL, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
-            return try await retryingSafeErrors(body)
+            return try await retryingSafeErrors(pool.logger, body)
         } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
             let sleep = error.constraint == "events_one_active_sleep"
             // The refusal was the index's; this read only fetches the winner for the message.
@@ -131,7 +131,7 @@ public struct EventRepository: Sendable {
         do {
             return try await body()
         } catch StoreError.invalid(field: "end", reason: let reason) where reason == StoreError.maxDuration {
-            let rows = try await mappingErrors { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
+            let rows = try await mappingErrors(pool.logger) { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
             guard let row = rows.first else { throw StoreError.invalid(field: "end", reason: reason) }
             throw StoreError.timerTooLong(startedAt: try Event.Row(row).event().start)
         }
@@ -139,7 +139,7 @@ public struct EventRepository: Sendable {
 
     /// The running sleep of a child, if any (the caller's membership was checked already).
     private func activeSleepID(of childID: UUID) async throws -> UUID? {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             try await pool.query("SELECT e.id FROM events e WHERE \(Self.runningSleep(of: childID))").first?.decode(UUID.self, at: 0)
         }
     }
@@ -291,7 +291,7 @@ public struct EventRepository: Sendable {
 
     /// One event (deleted ones included) of a child the acting user cares for.
     public func get(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 SELECT \(Event.columns) FROM events e
                 WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
@@ -351,13 +351,13 @@ public struct EventRepository: Sendable {
     /// Hard-deletes events soft-deleted more than 30 days ago, with their history (PRD §11).
     /// A maintenance call for a scheduled job; returns how many were purged.
     public func purgeDeleted() async throws -> Int {
-        try await mappingErrors { try await pool.query("SELECT purge_deleted_events()").first?.decode(Int.self, at: 0) ?? 0 }
+        try await mappingErrors(pool.logger) { try await pool.query("SELECT purge_deleted_events()").first?.decode(Int.self, at: 0) ?? 0 }
     }
 
     /// Other events of the same child and type starting within 5 minutes of this one, not
     /// deleted (PRD §7.4 "possible duplicate"), closest first.
     public func possibleDuplicates(of eventID: UUID, as actingUser: UUID) async throws -> [Event] {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 WITH target AS (
                     SELECT t.id, t.child_id, t.event_type, t.start_time FROM events t

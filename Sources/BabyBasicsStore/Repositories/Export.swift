@@ -102,7 +102,7 @@ extension EventRepository {
         _ body: @escaping @Sendable (PostgresRows) async throws -> Void
     ) async throws {
         // Not retried: rows already handed to `body` cannot be taken back.
-        try await mappingErrors(retrying: false) {
+        try await mappingErrors(pool.logger, retrying: false) {
             try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
                 if let member {
                     guard try await connection.query(Authorization.membership(of: member.child, for: member.user)).first != nil else {

@@ -94,7 +94,7 @@ extension EventRepository {
         if let owner = cursor.user, owner != actingUser {
             throw StoreError.invalid(field: "cursor", reason: "belongs to another account; start again from SyncCursor.start")
         }
-        return try await mappingErrors {
+        return try await mappingErrors(pool.logger) {
             try await pool.transaction(TransactionOptions(isolation: .repeatableRead, readOnly: true)) { connection in
                 try await SyncPageBuilder(user: actingUser, only: childID, cursor: cursor, limit: limit).build(on: connection)
             }

@@ -14,7 +14,7 @@ public struct UserRepository: Sendable {
     public func create(email: String, displayName: String, passwordHash: String? = nil, appleUserID: String? = nil) async throws -> User {
         let email = try Validate.email(email)
         let name = try Validate.displayName(displayName)
-        return try await mappingErrors {
+        return try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 INSERT INTO users AS u (email, display_name, password_hash, apple_user_id)
                 VALUES (\(email), \(name), \(passwordHash), \(appleUserID))
@@ -26,7 +26,7 @@ public struct UserRepository: Sendable {
 
     /// The acting user, or a user who shares a child with them; `notFound` otherwise.
     public func get(_ id: UUID, as actingUser: UUID) async throws -> User {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE u.id = \(id)
@@ -40,7 +40,7 @@ public struct UserRepository: Sendable {
 
     /// Like `get(_:as:)`, by email (ignoring case).
     public func get(email: String, as actingUser: UUID) async throws -> User {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE lower(u.email) = lower(\(email))
@@ -55,7 +55,7 @@ public struct UserRepository: Sendable {
     /// For the sign-in flow, before there is an acting user: the id and password hash for an
     /// email (ignoring case), or `nil`.
     public func credentials(email: String) async throws -> UserCredentials? {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             try await pool.query("""
                 SELECT id, password_hash, apple_user_id FROM users WHERE lower(email) = lower(\(email))
                 """).first?.decode(as: UserCredentials.self)
@@ -66,7 +66,7 @@ public struct UserRepository: Sendable {
     @discardableResult
     public func rename(to displayName: String, as actingUser: UUID) async throws -> User {
         let name = try Validate.displayName(displayName)
-        return try await mappingErrors {
+        return try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.ownColumns)
                 """)
@@ -79,7 +79,7 @@ public struct UserRepository: Sendable {
     /// becomes primary. Events they logged stay with the child, unattributed.
     public func deleteAccount(as actingUser: UUID) async throws {
         do {
-            let deleted = try await retryingSafeErrors { try await pool.query("SELECT delete_user_account(\(actingUser))") }
+            let deleted = try await retryingSafeErrors(pool.logger) { try await pool.query("SELECT delete_user_account(\(actingUser))") }
             guard try deleted.first?.decode(Bool.self, at: 0) == true else {
                 throw StoreError.notFound
             }

@@ -151,7 +151,7 @@ extension EventRepository {
     /// The last 14 days of finished sleeps with the wake time before each (the previous
     /// sleep's end), oldest first: the input of `WakeWindow`.
     public func wakeWindowSamples(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> [WakeWindow.Sample] {
-        try await mappingErrors {
+        try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 WITH child AS (
                     SELECT c.id FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))

@@ -118,22 +118,24 @@ extension PostgresConnection {
         let columnList = SQL.joined(columns.map { "\(identifier: $0)" })
         let statement = try SQL("COPY \(target) (\(columnList)) FROM STDIN WITH (FORMAT binary)").render(quoteIdentifier: core.escapeIdentifier).text
         let fieldCount = columns.count
-        return try await blocking { session in
-            let connection = session.connection
-            try session.startCopy(statement, expecting: PGRES_COPY_IN)
-            var writer = PostgresCopyWriter(connection: connection, fieldCount: fieldCount, chunkLimit: chunkLimit)
-            do {
-                try rows(&writer)
-                writer.buffer.appendBigEndian(Int16(-1)) // trailer
-                try writer.flush()
-            } catch {
-                // Abort: the server rolls the COPY back; report the client's reason.
-                _ = PQputCopyEnd(connection, "aborted by the client: \(error)")
-                while let result = PQgetResult(connection) { PQclear(result) }
-                throw error
+        return try await observer.observe(ObservedStatement(text: statement, parameterCount: 0), server: server) {
+            try await blocking { session in
+                let connection = session.connection
+                try session.startCopy(statement, expecting: PGRES_COPY_IN)
+                var writer = PostgresCopyWriter(connection: connection, fieldCount: fieldCount, chunkLimit: chunkLimit)
+                do {
+                    try rows(&writer)
+                    writer.buffer.appendBigEndian(Int16(-1)) // trailer
+                    try writer.flush()
+                } catch {
+                    // Abort: the server rolls the COPY back; report the client's reason.
+                    _ = PQputCopyEnd(connection, "aborted by the client: \(error)")
+                    while let result = PQgetResult(connection) { PQclear(result) }
+                    throw error
+                }
+                guard PQputCopyEnd(connection, nil) == 1 else { throw session.connectionError(query: statement) }
+                return try session.finishCopy(query: statement)
             }
-            guard PQputCopyEnd(connection, nil) == 1 else { throw session.connectionError(query: statement) }
-            return try session.finishCopy(query: statement)
         }
     }
 
@@ -161,37 +163,39 @@ extension PostgresConnection {
     private func copyOut(statement sql: SQL, _ body: @escaping @Sendable (UnsafeRawBufferPointer) throws -> Void) async throws -> Int {
         try await checkOwnership()
         let statement = try sql.render(quoteIdentifier: core.escapeIdentifier).text
-        return try await blocking { session in
-            let connection = session.connection
-            try session.startCopy(statement, expecting: PGRES_COPY_OUT)
-            var failure: (any Error)?
-            while true {
-                var chunk: UnsafeMutablePointer<CChar>?
-                let length = PQgetCopyData(connection, &chunk, 0)
-                if length > 0, let chunk {
-                    if failure == nil {
-                        do { try body(UnsafeRawBufferPointer(start: chunk, count: Int(length))) } catch {
-                            failure = error
-                            // Stop the server; the rest of the data is drained below.
-                            var message = [CChar](repeating: 0, count: 256)
-                            if let cancel = PQgetCancel(connection) {
-                                _ = PQcancel(cancel, &message, Int32(message.count))
-                                PQfreeCancel(cancel)
+        return try await observer.observe(ObservedStatement(text: statement, parameterCount: 0), server: server) {
+            try await blocking { session in
+                let connection = session.connection
+                try session.startCopy(statement, expecting: PGRES_COPY_OUT)
+                var failure: (any Error)?
+                while true {
+                    var chunk: UnsafeMutablePointer<CChar>?
+                    let length = PQgetCopyData(connection, &chunk, 0)
+                    if length > 0, let chunk {
+                        if failure == nil {
+                            do { try body(UnsafeRawBufferPointer(start: chunk, count: Int(length))) } catch {
+                                failure = error
+                                // Stop the server; the rest of the data is drained below.
+                                var message = [CChar](repeating: 0, count: 256)
+                                if let cancel = PQgetCancel(connection) {
+                                    _ = PQcancel(cancel, &message, Int32(message.count))
+                                    PQfreeCancel(cancel)
+                                }
                             }
                         }
+                        PQfreemem(chunk)
+                    } else if length == -1 {
+                        break
+                    } else {
+                        throw session.connectionError(query: statement)
                     }
-                    PQfreemem(chunk)
-                } else if length == -1 {
-                    break
-                } else {
-                    throw session.connectionError(query: statement)
                 }
+                if let failure {
+                    while let result = PQgetResult(connection) { PQclear(result) }
+                    throw failure
+                }
+                return try session.finishCopy(query: statement)
             }
-            if let failure {
-                while let result = PQgetResult(connection) { PQclear(result) }
-                throw failure
-            }
-            return try session.finishCopy(query: statement)
         }
     }
 

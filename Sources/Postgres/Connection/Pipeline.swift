@@ -18,12 +18,17 @@ extension PostgresConnection {
         guard !statements.isEmpty else { return [] }
         let rendered = try statements.map { try $0.render(quoteIdentifier: core.escapeIdentifier) }
         let idleBefore = !isInTransaction
-        do {
-            return try await runBatch(rendered, timeout: timeout)
-        } catch let error as PostgresError where Self.isStalePlan(error) && idleBefore {
-            // A plan the server invalidated (ALTER TABLE, DEALLOCATE): the batch rolled back
-            // whole and its stale statements left the cache, so it runs again once.
-            return try await runBatch(rendered, timeout: timeout)
+        let observed = ObservedStatement(
+            text: rendered.map(\.text).joined(separator: ";\n"), parameterCount: rendered.reduce(0) { $0 + $1.types.count },
+            batchSize: rendered.count)
+        return try await observer.observe(observed, server: server) {
+            do {
+                return try await runBatch(rendered, timeout: timeout)
+            } catch let error as PostgresError where Self.isStalePlan(error) && idleBefore {
+                // A plan the server invalidated (ALTER TABLE, DEALLOCATE): the batch rolled back
+                // whole and its stale statements left the cache, so it runs again once.
+                return try await runBatch(rendered, timeout: timeout)
+            }
         }
     }
 

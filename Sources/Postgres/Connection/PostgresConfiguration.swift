@@ -1,5 +1,8 @@
 import CLibPQ
+import Metrics
 import Foundation
+import Logging
+import Tracing
 
 /// Where and how to connect. libpq itself parses every form, exactly as `psql` does.
 ///
@@ -78,6 +81,56 @@ public struct PostgresConfiguration: Sendable {
     public var serverSettings: [String: String] = [:]
     /// Receives server notices (`RAISE NOTICE`, warnings). `nil` drops them.
     public var noticeHandler: (@Sendable (PostgresNotice) -> Void)?
+
+    // MARK: Observability (see README, "Operating it")
+
+    /// Where the connections log. The default, `Logger(label: "postgres")`, goes wherever the
+    /// service's `LoggingSystem.bootstrap` sends logs. At `info`: connections opened, closed or
+    /// refused. At `debug`: every statement with its SQL text (placeholders, never values),
+    /// its parameter count and duration. At `warning`: statements slower than
+    /// `slowQueryThreshold`, an exhausted pool, broken connections replaced.
+    ///
+    /// ```swift
+    /// var logger = Logger(label: "db")
+    /// logger.logLevel = .debug
+    /// config.logger = logger
+    /// ```
+    public var logger = Logger(label: "postgres")
+    /// A statement that takes at least this long is logged at `warning`; `nil` never.
+    ///
+    /// ```swift
+    /// config.slowQueryThreshold = .milliseconds(200)
+    /// ```
+    public var slowQueryThreshold: Duration? = .seconds(1)
+    /// Where metrics go; `nil` (the default) uses `MetricsSystem.factory`, the backend the
+    /// service bootstrapped. No metric is recorded while that is the no-op backend.
+    ///
+    /// ```swift
+    /// config.metricsFactory = PrometheusMetricsFactory(registry: registry)
+    /// ```
+    public var metricsFactory: (any MetricsFactory)?
+    /// Where spans go; `nil` (the default) uses `InstrumentationSystem.tracer`. No span is
+    /// started while that is the no-op tracer.
+    ///
+    /// ```swift
+    /// config.tracer = myOTelTracer
+    /// ```
+    public var tracer: (any Tracer)?
+
+    /// The tracer to use, or nil when it is the no-op tracer.
+    var activeTracer: (any Tracer)? {
+        let tracer = tracer ?? InstrumentationSystem.tracer
+        return tracer is NoOpTracer ? nil : tracer
+    }
+
+    /// Neither a tracer nor a metrics backend listens (logging is the logger's level).
+    var observesNothing: Bool { activeTracer == nil && activeMetricsFactory == nil }
+
+    /// The metrics backend to use, or nil when it is the no-op one.
+    var activeMetricsFactory: (any MetricsFactory)? {
+        let factory = metricsFactory ?? MetricsSystem.factory
+        return factory is NOOPMetricsHandler ? nil : factory
+    }
 
     /// A URL (`postgres://` or `postgresql://`) or a conninfo string.
     public init(_ connectionString: String) {

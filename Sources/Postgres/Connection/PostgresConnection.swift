@@ -41,6 +41,10 @@ public actor PostgresConnection {
     public nonisolated var taskExecutor: any TaskExecutor { loop }
 
     nonisolated let configuration: PostgresConfiguration
+    /// Logs, metrics and spans (see QueryObserver).
+    nonisolated let observer: QueryObserver
+    /// Where the connection went, for spans (set once connected).
+    var server = ServerIdentity(address: "", port: nil, database: "")
 
     // Statement cache (see StatementCache.swift)
     var statements: [String: PreparedStatement] = [:]
@@ -70,6 +74,7 @@ public actor PostgresConnection {
         var kept = configuration
         kept.noticeHandler = nil
         self.configuration = kept
+        observer = QueryObserver(configuration: configuration, connectionID: id)
         core = ConnectionCore(loop: loop, secrets: configuration.secrets)
         if let handler = configuration.noticeHandler { core.noticeBox = NoticeBox(handler: handler) }
     }
@@ -120,6 +125,7 @@ public actor PostgresConnection {
     private func open(deadline: ContinuousClock.Instant) async throws {
         let (keywords, values) = configuration.connectionParameters()
         let target = configuration.redactedTarget
+        let start = ContinuousClock.now
         do {
             let core = self.core
             try await withCheckedThrowingContinuation { continuation in
@@ -129,8 +135,11 @@ public actor PostgresConnection {
             _ = try await perform(.simple(SessionSettings.pinSQL), text: SessionSettings.pinSQL, timeout: .seconds(configuration.effectiveConnectTimeout))
         } catch {
             core.close()
+            observer.connectFailed(target: target, error: error)
             throw error
         }
+        server = core.serverIdentity
+        observer.connected(server, backendPID: core.backendPID, serverVersion: core.serverVersion, duration: start.duration(to: .now))
     }
 
     // MARK: State
@@ -162,6 +171,7 @@ public actor PostgresConnection {
 
     /// Closes the connection; statements in flight fail. Later calls fail with `connectionFailure`.
     public func close() {
+        if !core.isClosedForGood { observer.closed(backendPID: core.backendPID) }
         core.close()
         statements.removeAll()
         openStream?.closed(reason: "its connection was closed")

@@ -13,7 +13,9 @@ extension PostgresConnection {
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
         try await checkOwnership()
         let rendered = try sql.render(quoteIdentifier: core.escapeIdentifier)
-        return try await run(rendered, timeout: timeout)
+        return try await observer.observe(ObservedStatement(text: rendered.text, parameterCount: rendered.types.count), server: server) {
+            try await run(rendered, timeout: timeout)
+        }
     }
 
     /// Runs a statement and returns the number of rows it affected.
@@ -65,7 +67,9 @@ extension PostgresConnection {
     public func executeUnsafeRawSQL(_ text: String, timeout: Duration? = nil) async throws -> String {
         try await checkOwnership()
         core.mirror.sessionDirty.store(true, ordering: .releasing) // a script may change anything
-        let results = try await perform(.simple(text), text: text, timeout: timeout)
+        let results = try await observer.observe(ObservedStatement(text: text, parameterCount: 0), server: server) {
+            try await perform(.simple(text), text: text, timeout: timeout)
+        }
         return results.last?.commandTag ?? ""
     }
 

@@ -87,16 +87,19 @@ extension PostgresConnection {
     public func stream(_ sql: SQL) async throws -> PostgresRowSequence {
         try await checkOwnership()
         let rendered = try sql.render(quoteIdentifier: core.escapeIdentifier)
-        let statement = try await preparedStatement(for: rendered)
-        let step: Request.Step = statement.isUnnamed
-            ? .executeUnnamed(statement: rendered, resultFormat: statement.resultFormat)
-            : .execute(name: statement.name, statement: rendered, resultFormat: statement.resultFormat)
-        let state = RowStreamState()
-        let request = Request(id: Self.nextRequestID(), kind: .stream(step, state), text: rendered.text)
-        let handle = StreamHandle(cacheKey: rendered.cacheKey, requestID: request.id, state: state)
-        core.submit(request, deadline: configuration.queryTimeout)
-        openStream = handle
-        return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
+        // Observed until the statement is sent; its rows are read later, at the caller's pace.
+        return try await observer.observe(ObservedStatement(text: rendered.text, parameterCount: rendered.types.count), server: server) {
+            let statement = try await preparedStatement(for: rendered)
+            let step: Request.Step = statement.isUnnamed
+                ? .executeUnnamed(statement: rendered, resultFormat: statement.resultFormat)
+                : .execute(name: statement.name, statement: rendered, resultFormat: statement.resultFormat)
+            let state = RowStreamState()
+            let request = Request(id: Self.nextRequestID(), kind: .stream(step, state), text: rendered.text)
+            let handle = StreamHandle(cacheKey: rendered.cacheKey, requestID: request.id, state: state)
+            core.submit(request, deadline: configuration.queryTimeout)
+            openStream = handle
+            return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
+        }
     }
 
     /// The next row of the open stream, or `nil` at its end.

@@ -71,9 +71,11 @@ extension PostgresConnection {
     @discardableResult
     func runControl(_ text: String, ignoringCancellation: Bool = false) async throws -> String {
         let rendered = RenderedSQL(controlText: text)
-        let results = try await perform(
-            .extended([.executeUnnamed(statement: rendered, resultFormat: .text)]), text: text, timeout: nil,
-            ignoringCancellation: ignoringCancellation)
+        let results = try await observer.observe(ObservedStatement(text: text, parameterCount: 0), server: server) {
+            try await perform(
+                .extended([.executeUnnamed(statement: rendered, resultFormat: .text)]), text: text, timeout: nil,
+                ignoringCancellation: ignoringCancellation)
+        }
         return results.last?.commandTag ?? ""
     }
 

@@ -743,6 +743,9 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
         mirror.broken.store(true, ordering: .releasing)
     }
 
+    /// Whether `close()` ran (a connection that broke on its own is not closed yet).
+    var isClosedForGood: Bool { isClosed }
+
     /// Closes the connection; pending requests fail.
     func close() {
         guard !isClosed else { return }
@@ -853,6 +856,12 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     var backendPID: Int32 { conn.map { PQbackendPID($0) } ?? 0 }
     var serverVersion: Int { conn.map { Int(PQserverVersion($0)) } ?? 0 }
     var transactionStatus: PGTransactionStatusType { conn.map { PQtransactionStatus($0) } ?? PQTRANS_UNKNOWN }
+    /// The host (or socket folder), port and database this connection reached.
+    var serverIdentity: ServerIdentity {
+        func text(_ value: UnsafeMutablePointer<CChar>?) -> String { value.map { String(cString: $0) } ?? "" }
+        guard let conn else { return ServerIdentity(address: "", port: nil, database: "") }
+        return ServerIdentity(address: text(PQhost(conn)), port: Int(text(PQport(conn))), database: text(PQdb(conn)))
+    }
     func parameterStatus(_ name: String) -> String? {
         guard let conn, let value = PQparameterStatus(conn, name) else { return nil }
         return String(cString: value)

@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Logging
 import Synchronization
 
 /// What a pool does to a connection's session before lending it again.
@@ -46,6 +47,19 @@ public struct PoolOptions: Sendable {
     /// Runs on every connection as it comes back, after the reset (and before it is lent
     /// again); a connection whose hook throws is closed.
     public var resetHook: (@Sendable (isolated PostgresConnection) async throws -> Void)?
+    /// On graceful shutdown (see `run()`), how long lent connections may take to come back
+    /// before they are closed under their borrowers.
+    ///
+    /// ```swift
+    /// options.shutdownGracePeriod = .seconds(20)
+    /// ```
+    public var shutdownGracePeriod: Duration = .seconds(10)
+    /// The pool's name in metrics (the `pool` dimension) and logs.
+    ///
+    /// ```swift
+    /// options.name = "replica"
+    /// ```
+    public var name = "primary"
 
     public init(
         minimumConnections: Int = 0, maximumConnections: Int = 10,
@@ -93,6 +107,8 @@ public final class PostgresPool: Sendable {
     public let options: PoolOptions
     private let state = Mutex(State())
     private let timerLoop = EventLoopGroup.shared.next()
+    /// Gauges, the acquire timer and the pool's own log records.
+    private let observer: PoolObserver
 
     private struct Idle {
         let connection: PostgresConnection
@@ -111,7 +127,9 @@ public final class PostgresPool: Sendable {
         var shared: [ObjectIdentifier: (connection: PostgresConnection, users: Int)] = [:]
         /// Open or opening.
         var total = 0
-        var exclusive = 0
+        /// Lent to one caller (a lease, or a connection being reset before it is idle again).
+        var lent: [ObjectIdentifier: PostgresConnection] = [:]
+        var exclusive: Int { lent.count }
         /// Being opened by `replenish()` (counted in `total`, not yet lent or idle).
         var opening = 0
         var waiters: [UInt64: Waiter] = [:]
@@ -120,9 +138,20 @@ public final class PostgresPool: Sendable {
         var nextWaiterID: UInt64 = 0
         var timerArmed: ContinuousClock.Instant?
         var closed = false
-        var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        var drainWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
+        /// An exhausted pool was reported and no connection has been idle since.
+        var exhaustionReported = false
+        /// Broken idle connections dropped while planning (reported after the lock).
+        var brokenDropped = 0
 
         var inUse: Int { exclusive + shared.count }
+
+        var counts: PoolObserver.Counts {
+            .init(open: total, idle: idle.count, leased: inUse, waiting: waiters.count)
+        }
+
+        mutating func lend(_ connection: PostgresConnection) { lent[ObjectIdentifier(connection)] = connection }
+        mutating func unlend(_ connection: PostgresConnection) { lent[ObjectIdentifier(connection)] = nil }
 
         /// The first waiter still waiting, in arrival order.
         mutating func firstWaiter(where accept: (Waiter) -> Bool = { _ in true }) -> (UInt64, Waiter)? {
@@ -143,6 +172,7 @@ public final class PostgresPool: Sendable {
     public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
         self.configuration = configuration
         self.options = options
+        observer = PoolObserver(configuration: configuration, options: options)
         if options.minimumConnections > 0 {
             Task { await self.replenish() }
         }
@@ -161,9 +191,26 @@ public final class PostgresPool: Sendable {
     /// ```
     public var taskExecutor: any TaskExecutor { EventLoopGroup.shared.next() }
 
-    /// Counts for monitoring.
+    /// Counts for monitoring (also published as metrics, see `PostgresMetricName`).
     public var statistics: (idle: Int, inUse: Int, open: Int, waiting: Int) {
         state.withLock { ($0.idle.count, $0.inUse, $0.total, $0.waiters.count) }
+    }
+
+    /// The logger of the pool's configuration, for code built on the pool (the store logs
+    /// through it).
+    ///
+    /// ```swift
+    /// pool.logger.info("dashboard served")
+    /// ```
+    public var logger: Logger { configuration.logger }
+
+    /// Runs `body` under the lock, then publishes the pool's gauges when a metrics backend
+    /// listens.
+    private func withState<R: Sendable>(_ body: (inout State) -> R) -> R {
+        guard observer.publishesGauges else { return state.withLock { body(&$0) } }
+        let (result, counts) = state.withLock { state in (body(&state), state.counts) }
+        observer.publish(counts)
+        return result
     }
 
     // MARK: Borrowing
@@ -262,22 +309,34 @@ public final class PostgresPool: Sendable {
         if Task.isCancelled {
             throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection", sqlState: "57014")
         }
-        let deadline = ContinuousClock.now + options.acquireTimeout
+        let start = ContinuousClock.now
+        let deadline = start + options.acquireTimeout
         while true {
-            let next: Plan = state.withLock { state in self.plan(&state, shared: shared) }
+            let (next, dropped) = withState { state -> (Plan, Int) in
+                let plan = self.plan(&state, shared: shared)
+                defer { state.brokenDropped = 0 }
+                return (plan, state.brokenDropped)
+            }
+            if dropped > 0 { observer.droppedBroken(dropped) }
             switch next {
             case .closed:
                 throw Self.closedError
             case .use(let connection, let since):
                 if let since, since.duration(to: ContinuousClock.now) > options.healthCheckAfterIdle, await !connection.ping(deadline: deadline) {
+                    observer.failedHealthCheck(connection)
                     await discard(connection, shared: shared)
                     continue
                 }
+                observer.acquired(after: start)
                 return connection
             case .open:
-                return try await open(shared: shared, deadline: deadline)
+                let connection = try await open(shared: shared, deadline: deadline)
+                observer.acquired(after: start)
+                return connection
             case .wait:
-                return try await wait(shared: shared, deadline: deadline)
+                let connection = try await wait(shared: shared, deadline: deadline)
+                observer.acquired(after: start)
+                return connection
             }
         }
     }
@@ -296,6 +355,7 @@ public final class PostgresPool: Sendable {
         while let entry = state.idle.popLast() {
             if entry.connection.isBroken {
                 state.total -= 1
+                state.brokenDropped += 1
                 continue
             }
             take(entry.connection, into: &state, shared: shared)
@@ -319,26 +379,16 @@ public final class PostgresPool: Sendable {
         if shared {
             state.shared[ObjectIdentifier(connection), default: (connection, 0)].users += 1
         } else {
-            state.exclusive += 1
+            state.lend(connection)
         }
     }
 
     private func open(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
+        let connection: PostgresConnection
         do {
-            let connection = try await PostgresConnection.connect(configuration, deadline: deadline)
-            let accepted = state.withLock { state -> Bool in
-                guard !state.closed else { return false }
-                take(connection, into: &state, shared: shared)
-                return true
-            }
-            guard accepted else {
-                await connection.close()
-                state.withLock { $0.total -= 1 }
-                throw Self.closedError
-            }
-            return connection
+            connection = try await PostgresConnection.connect(configuration, deadline: deadline)
         } catch {
-            state.withLock { $0.total -= 1 }
+            withState { $0.total -= 1 }
             serveWaiters()
             if var error = error as? PostgresError, error.message.contains("connect timeout"), ContinuousClock.now >= deadline {
                 error.kind = .poolTimeout
@@ -347,6 +397,20 @@ public final class PostgresPool: Sendable {
             }
             throw error
         }
+        let accepted = withState { state -> Bool in
+            guard !state.closed else { return false }
+            take(connection, into: &state, shared: shared)
+            return true
+        }
+        guard accepted else {
+            await connection.close()
+            withState { state in
+                state.total -= 1
+                signalDrain(&state)
+            }
+            throw Self.closedError
+        }
+        return connection
     }
 
     private func wait(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
@@ -356,17 +420,20 @@ public final class PostgresPool: Sendable {
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let outcome = state.withLock { state -> Plan? in
+                let (outcome, exhausted) = withState { state -> (Plan?, PoolObserver.Counts?) in
                     // Something may have come back since the plan was made.
                     let plan = self.plan(&state, shared: shared)
                     if case .wait = plan {
                         state.waiters[id] = Waiter(deadline: deadline, shared: shared, continuation: continuation)
                         state.order.append(id)
                         armTimer(&state, for: deadline)
-                        return nil
+                        guard !state.exhaustionReported else { return (nil, nil) }
+                        state.exhaustionReported = true
+                        return (nil, state.counts)
                     }
-                    return plan
+                    return (plan, nil)
                 }
+                if let exhausted { observer.exhausted(exhausted) }
                 switch outcome {
                 case nil: break
                 case .use(let connection, _)?: continuation.resume(returning: connection)
@@ -379,7 +446,7 @@ public final class PostgresPool: Sendable {
                 }
             }
         } onCancel: {
-            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
+            let waiter = withState { $0.waiters.removeValue(forKey: id) }
             waiter?.continuation.resume(throwing: PostgresError(kind: .queryCanceled, message: "the task was cancelled while waiting for a connection", sqlState: "57014"))
         }
     }
@@ -396,7 +463,7 @@ public final class PostgresPool: Sendable {
 
     private func expireWaiters() {
         let now = ContinuousClock.now
-        let expired = state.withLock { state -> [Waiter] in
+        let expired = withState { state -> [Waiter] in
             state.timerArmed = nil
             var expired: [Waiter] = []
             while let (id, waiter) = state.firstWaiter(), waiter.deadline <= now {
@@ -406,6 +473,7 @@ public final class PostgresPool: Sendable {
             if let (_, next) = state.firstWaiter() { armTimer(&state, for: next.deadline) }
             return expired
         }
+        if !expired.isEmpty { observer.timedOut(expired.count) }
         for waiter in expired {
             waiter.continuation.resume(throwing: PostgresError(
                 kind: .poolTimeout,
@@ -417,7 +485,7 @@ public final class PostgresPool: Sendable {
 
     private func release(_ connection: PostgresConnection, shared: Bool) async {
         if shared {
-            let last = state.withLock { state -> Bool in
+            let last = withState { state -> Bool in
                 let key = ObjectIdentifier(connection)
                 guard var entry = state.shared[key] else { return false }
                 entry.users -= 1
@@ -426,7 +494,7 @@ public final class PostgresPool: Sendable {
                     return false
                 }
                 state.shared[key] = nil
-                state.exclusive += 1 // until it is handed back below
+                state.lend(connection) // until it is handed back below
                 return true
             }
             if !last {
@@ -464,8 +532,8 @@ public final class PostgresPool: Sendable {
     /// An exclusively held connection goes to the first waiter, or back to the idle list.
     private func handBack(_ connection: PostgresConnection) {
         enum Next { case waiter(CheckedContinuation<PostgresConnection, any Error>, shared: Bool), close, done }
-        let next = state.withLock { state -> Next in
-            state.exclusive -= 1
+        let next = withState { state -> Next in
+            state.unlend(connection)
             if state.closed {
                 state.total -= 1
                 signalDrain(&state)
@@ -477,6 +545,7 @@ public final class PostgresPool: Sendable {
                 return .waiter(waiter.continuation, shared: waiter.shared)
             }
             state.idle.append(Idle(connection: connection, since: .now))
+            state.exhaustionReported = false
             return .done
         }
         switch next {
@@ -490,11 +559,12 @@ public final class PostgresPool: Sendable {
     }
 
     private func discard(_ connection: PostgresConnection, shared: Bool) async {
-        state.withLock { state in
+        if connection.isBroken { observer.replacingBroken(connection) } else { observer.closingUnusable(connection) }
+        withState { state in
             if shared {
                 state.shared[ObjectIdentifier(connection)] = nil
             } else {
-                state.exclusive -= 1
+                state.unlend(connection)
             }
             state.total -= 1
             signalDrain(&state)
@@ -511,7 +581,7 @@ public final class PostgresPool: Sendable {
             case open(UInt64, Waiter)
             case share(Waiter, PostgresConnection)
         }
-        let actions = state.withLock { state -> [Action] in
+        let actions = withState { state -> [Action] in
             var actions: [Action] = []
             while !state.closed, state.total < options.maximumConnections, let (id, waiter) = state.firstWaiter() {
                 state.waiters[id] = nil
@@ -536,7 +606,7 @@ public final class PostgresPool: Sendable {
                 Task {
                     do {
                         let connection = try await PostgresConnection.connect(configuration, deadline: waiter.deadline)
-                        let accepted = state.withLock { state -> Bool in
+                        let accepted = withState { state -> Bool in
                             guard !state.closed else { return false }
                             take(connection, into: &state, shared: waiter.shared)
                             return true
@@ -545,11 +615,14 @@ public final class PostgresPool: Sendable {
                             waiter.continuation.resume(returning: connection)
                         } else {
                             await connection.close()
-                            state.withLock { $0.total -= 1 }
+                            withState { state in
+                                state.total -= 1
+                                signalDrain(&state)
+                            }
                             waiter.continuation.resume(throwing: Self.closedError)
                         }
                     } catch {
-                        state.withLock { $0.total -= 1 }
+                        withState { $0.total -= 1 }
                         waiter.continuation.resume(throwing: error)
                     }
                 }
@@ -560,7 +633,7 @@ public final class PostgresPool: Sendable {
     /// Tops the pool up to `minimumConnections`. `close()` waits for a connection being
     /// opened here (and then closes it).
     private func replenish() async {
-        while state.withLock({ state -> Bool in
+        while withState({ state -> Bool in
             guard !state.closed, state.total < options.minimumConnections else { return false }
             state.total += 1
             state.opening += 1
@@ -568,13 +641,13 @@ public final class PostgresPool: Sendable {
         }) {
             do {
                 let connection = try await PostgresConnection.connect(configuration)
-                state.withLock { state in
+                withState { state in
                     state.opening -= 1
-                    state.exclusive += 1
+                    state.lend(connection)
                 }
                 handBack(connection)
             } catch {
-                state.withLock { state in
+                withState { state in
                     state.total -= 1
                     state.opening -= 1
                     signalDrain(&state)
@@ -586,15 +659,32 @@ public final class PostgresPool: Sendable {
 
     private func signalDrain(_ state: inout State) {
         if state.closed && state.inUse == 0 && state.opening == 0 {
-            for waiter in state.drainWaiters { waiter.resume() }
+            for waiter in state.drainWaiters.values { waiter.resume(returning: true) }
             state.drainWaiters.removeAll()
         }
     }
 
     /// Stops lending: waiting tasks fail with `poolClosed`, idle connections close, and the
     /// call returns once every borrowed connection has come back and closed.
+    ///
+    /// ```swift
+    /// await pool.close()
+    /// ```
     public func close() async {
-        let (waiters, idle) = state.withLock { state -> ([Waiter], [Idle]) in
+        _ = await close(gracePeriod: nil)
+    }
+
+    /// Stops lending (waiting tasks fail with `poolClosed`, idle connections close), waits up
+    /// to `gracePeriod` for borrowed connections to come back, then closes those still out:
+    /// their statements fail with `connectionFailure`. Returns whether every connection came
+    /// back in time. `nil` waits as long as it takes.
+    ///
+    /// ```swift
+    /// let clean = await pool.close(gracePeriod: .seconds(5))
+    /// ```
+    @discardableResult
+    public func close(gracePeriod: Duration?) async -> Bool {
+        let (waiters, idle, counts) = withState { state -> ([Waiter], [Idle], PoolObserver.Counts) in
             state.closed = true
             let waiters = Array(state.waiters.values)
             state.waiters.removeAll()
@@ -603,17 +693,42 @@ public final class PostgresPool: Sendable {
             let idle = state.idle
             state.idle.removeAll()
             state.total -= idle.count
-            return (waiters, idle)
+            return (waiters, idle, state.counts)
         }
+        observer.closing(counts, gracePeriod: gracePeriod)
         for waiter in waiters { waiter.continuation.resume(throwing: Self.closedError) }
         for entry in idle { await entry.connection.close() }
-        await withCheckedContinuation { continuation in
-            let done = state.withLock { state -> Bool in
+        let drained = await waitForDrain(until: gracePeriod.map { ContinuousClock.now + $0 })
+        if !drained {
+            let stillOut = withState { state in Array(state.lent.values) + state.shared.values.map(\.connection) }
+            observer.forcedClose(stillOut.count)
+            for connection in stillOut { await connection.close() }
+        }
+        observer.closed()
+        return drained
+    }
+
+    /// Returns true once nothing is lent or being opened, false at `deadline`.
+    private func waitForDrain(until deadline: ContinuousClock.Instant?) async -> Bool {
+        let id = withState { state -> UInt64 in
+            state.nextWaiterID += 1
+            return state.nextWaiterID
+        }
+        return await withCheckedContinuation { continuation in
+            let done = withState { state -> Bool in
                 if state.inUse == 0 && state.opening == 0 { return true }
-                state.drainWaiters.append(continuation)
+                state.drainWaiters[id] = continuation
                 return false
             }
-            if done { continuation.resume() }
+            if done { return continuation.resume(returning: true) }
+            guard let deadline else { return }
+            let loop = timerLoop
+            loop.execute { [self] in
+                loop.schedule(at: deadline) { [self] in
+                    let waiter = withState { $0.drainWaiters.removeValue(forKey: id) }
+                    waiter?.resume(returning: false)
+                }
+            }
         }
     }
 

@@ -1,0 +1,107 @@
+import Logging
+import Metrics
+
+/// The pool's gauges, its acquire timer and its own log records (exhaustion, broken
+/// connections replaced, shutdown).
+///
+/// Gauges are published after every change of the pool's counts, and only while a metrics
+/// backend listens (the no-op backend costs one check per change).
+final class PoolObserver: Sendable {
+    struct Counts: Equatable {
+        var open: Int
+        var idle: Int
+        var leased: Int
+        var waiting: Int
+    }
+
+    private let logger: Logger
+    private let maximumConnections: Int
+    private let gauges: (open: Gauge, idle: Gauge, leased: Gauge, waiting: Gauge)?
+    private let acquireWait: Metrics.Timer?
+
+    init(configuration: PostgresConfiguration, options: PoolOptions) {
+        var logger = configuration.logger
+        logger[metadataKey: "postgres.pool"] = "\(options.name)"
+        self.logger = logger
+        maximumConnections = options.maximumConnections
+        if let factory = configuration.activeMetricsFactory {
+            let dimensions = [("pool", options.name)]
+            gauges = (
+                Gauge(label: PostgresMetricName.poolOpen, dimensions: dimensions, factory: factory),
+                Gauge(label: PostgresMetricName.poolIdle, dimensions: dimensions, factory: factory),
+                Gauge(label: PostgresMetricName.poolLeased, dimensions: dimensions, factory: factory),
+                Gauge(label: PostgresMetricName.poolWaiting, dimensions: dimensions, factory: factory))
+            acquireWait = Metrics.Timer(label: PostgresMetricName.acquireWait, dimensions: dimensions, factory: factory)
+        } else {
+            gauges = nil
+            acquireWait = nil
+        }
+    }
+
+    var publishesGauges: Bool { gauges != nil }
+
+    func publish(_ counts: Counts) {
+        guard let gauges else { return }
+        gauges.open.record(counts.open)
+        gauges.idle.record(counts.idle)
+        gauges.leased.record(counts.leased)
+        gauges.waiting.record(counts.waiting)
+    }
+
+    func acquired(after start: ContinuousClock.Instant) {
+        acquireWait?.recordNanoseconds(start.duration(to: .now).nanoseconds)
+    }
+
+    /// Every connection is lent and the pool is at its maximum: callers now wait. Logged once
+    /// until a connection is idle again.
+    func exhausted(_ counts: Counts) {
+        logger.warning("connection pool exhausted: all connections are in use and callers wait; raise maximumConnections or look for slow statements", metadata: [
+            "postgres.pool.max": "\(maximumConnections)", "postgres.pool.leased": "\(counts.leased)", "postgres.pool.waiting": "\(counts.waiting)",
+        ])
+    }
+
+    func timedOut(_ count: Int) {
+        logger.warning("callers gave up waiting for a database connection (acquireTimeout)", metadata: [
+            "postgres.pool.max": "\(maximumConnections)", "postgres.pool.timed_out": "\(count)",
+        ])
+    }
+
+    func replacingBroken(_ connection: PostgresConnection) {
+        logger.warning("replacing a broken database connection (the server ended it or the network dropped it)", metadata: [
+            "postgres.connection.id": "\(connection.id)",
+        ])
+    }
+
+    func closingUnusable(_ connection: PostgresConnection) {
+        logger.warning("closing a connection that could not be reset or failed its health check; a new one replaces it", metadata: [
+            "postgres.connection.id": "\(connection.id)",
+        ])
+    }
+
+    func failedHealthCheck(_ connection: PostgresConnection) {
+        logger.info("an idle connection failed its health check", metadata: ["postgres.connection.id": "\(connection.id)"])
+    }
+
+    func droppedBroken(_ count: Int) {
+        logger.warning("dropped broken idle connections (the server ended them or the network dropped them)", metadata: [
+            "postgres.pool.dropped": "\(count)",
+        ])
+    }
+
+    func closing(_ counts: Counts, gracePeriod: Duration?) {
+        logger.info("connection pool shutting down: no new leases", metadata: [
+            "postgres.pool.leased": "\(counts.leased)",
+            "postgres.pool.grace_period": "\(gracePeriod.map { "\($0)" } ?? "none")",
+        ])
+    }
+
+    func forcedClose(_ count: Int) {
+        logger.warning("connections still lent at the end of the shutdown grace period were closed; their statements failed", metadata: [
+            "postgres.pool.closed_under_borrowers": "\(count)",
+        ])
+    }
+
+    func closed() {
+        logger.info("connection pool closed")
+    }
+}
