@@ -52,7 +52,7 @@ build-tests: deps
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
 test: build-tests docs
-	$(SWIFT) test --skip-build --disable-xctest
+	BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
 

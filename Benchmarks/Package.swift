@@ -12,6 +12,7 @@ let package = Package(
     dependencies: [
         .package(path: ".."),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.0"),
     ],
     targets: [
         .executableTarget(
@@ -22,6 +23,7 @@ let package = Package(
                 .product(name: "Migrator", package: root),
                 .product(name: "BabyBasicsStore", package: root),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ]
         ),
     ],

@@ -21,7 +21,11 @@ import Glibc
 /// ```
 public actor TestPostgres {
     /// The process-wide instance.
-    public static let shared = TestPostgres()
+    /// The process-wide instance (its first use applies `BB_TEST_LOG_LEVEL`, see TestLogging).
+    public static let shared: TestPostgres = {
+        TestLogging.bootstrapped
+        return TestPostgres()
+    }()
 
     private var startTask: Task<EmbeddedPostgres, any Error>?
     private var templates: [String: Task<Void, any Error>] = [:]

@@ -2,6 +2,8 @@ import BabyBasicsStore
 import CLibPQ
 import EmbeddedPostgres
 import Foundation
+import InMemoryTracing
+import Logging
 import Migrator
 import Postgres
 
@@ -101,6 +103,7 @@ struct Runner {
         if runs("roundtrips") {
             try await roundTrips(clients)
             try await roundTripsCacheOff(cluster: cluster, clients: clients)
+            try await roundTripsObserved(cluster: cluster, clients: clients)
         }
         if runs("decoding") { try await decoding(clients) }
         if runs("writes") { try await writes(clients) }
@@ -176,6 +179,63 @@ struct Runner {
         results.append(CaseResult(
             name: "Round trips with the statement cache off (PgBouncer mode): SELECT $1::int4 × \(count)", unit: "s", ours: ours, c: c,
             goal: "≤ 1.10× C libpq's PQexecParams", goalMet: ratioC <= 1.10))
+    }
+
+    /// What observability costs a round trip: the default (no tracer and no metrics backend
+    /// bootstrapped, the logger at info) against an in-memory tracer (a span per statement)
+    /// and against debug logging into a handler that drops each record after it is built.
+    /// Interleaved, one connection each, with C libpq as the floor.
+    mutating func roundTripsObserved(cluster: EmbeddedPostgres, clients: Clients) async throws {
+        let count = quick ? 1000 : 5000
+        let url = try cluster.connectionString(database: "bench")
+        let plain = try await Postgres.PostgresConnection.connect(url)
+        let tracer = InMemoryTracer()
+        var tracedConfiguration = PostgresConfiguration(url)
+        tracedConfiguration.tracer = tracer
+        let traced = try await Postgres.PostgresConnection.connect(tracedConfiguration)
+        var loggedConfiguration = PostgresConfiguration(url)
+        var debugLogger = Logger(label: "bench") { _ in DiscardingLogHandler() }
+        debugLogger.logLevel = .debug
+        loggedConfiguration.logger = debugLogger
+        let logged = try await Postgres.PostgresConnection.connect(loggedConfiguration)
+        func run(_ connection: Postgres.PostgresConnection) async throws -> [Double] {
+            let clock = ContinuousClock()
+            var latencies: [Double] = []
+            latencies.reserveCapacity(count)
+            for index in 0..<count {
+                let start = clock.now
+                guard try await connection.fetchValue(Int32.self, "SELECT \(Int32(index))::int4") == Int32(index) else { throw BenchError("wrong value") }
+                latencies.append(seconds(clock.now - start))
+            }
+            return latencies
+        }
+        var none = Measurement(count: count), withTracer = Measurement(count: count), withLogs = Measurement(count: count), c = Measurement(count: count)
+        for rep in 0..<5 {
+            log("round trips with and without a tracer, repetition \(rep + 1)/5")
+            for (connection, index) in [(plain, 0), (traced, 1), (logged, 2)] {
+                let latencies = try await run(connection)
+                switch index {
+                case 0: none.runs.append(latencies.reduce(0, +)); none.latencies += latencies
+                case 1: withTracer.runs.append(latencies.reduce(0, +)); withTracer.latencies += latencies
+                default: withLogs.runs.append(latencies.reduce(0, +)); withLogs.latencies += latencies
+                }
+            }
+            tracer.clearAll()
+            let floor = try await clients.c(["roundtrip", clients.conninfo, String(count)])
+            c.runs.append(floor.seconds)
+            c.latencies += [floor.p50, floor.p99]
+        }
+        for connection in [plain, traced, logged] { await connection.close() }
+        let baseline = none.median ?? 1
+        results.append(CaseResult(
+            name: "Round trips, no tracer, no metrics backend, logger at info (the default; the no-op cost): SELECT $1::int4 × \(count)", unit: "s",
+            ours: none, c: c, goal: "report: the observability hooks' cost when nothing listens (compare the plain round trip above)"))
+        results.append(CaseResult(
+            name: "Round trips with a tracer (in-memory, one client span per statement)", unit: "s", ours: withTracer, c: c,
+            goal: "report: \(String(format: "%.2f", (withTracer.median ?? 0) / baseline))× the default"))
+        results.append(CaseResult(
+            name: "Round trips with every statement logged at debug (records built, then dropped)", unit: "s", ours: withLogs, c: c,
+            goal: "report: \(String(format: "%.2f", (withLogs.median ?? 0) / baseline))× the default"))
     }
 
     mutating func decoding(_ clients: Clients) async throws {
@@ -362,5 +422,18 @@ struct Runner {
         results.append(CaseResult(
             name: "Memory: peak RSS of an all-time export, \(peaks.map { "\($0.0)" }.joined(separator: " vs ")) events", unit: "MiB", ours: memory,
             goal: "flat as events grow (here +\(String(format: "%.1f", growth)) MiB for 10× the events)", goalMet: growth < 10))
+    }
+}
+
+/// A log handler at debug that drops each record once it is built (the bench's logging cost).
+struct DiscardingLogHandler: LogHandler {
+    var logLevel: Logger.Level = .debug
+    var metadata: Logger.Metadata = [:]
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    func log(event: LogEvent) {
+        _ = event.metadata?.count
     }
 }
