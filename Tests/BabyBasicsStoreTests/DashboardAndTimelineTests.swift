@@ -230,4 +230,30 @@ import Testing
         #expect(dashboard.contains("idx_events_child_time"), "\(dashboard)")
         #expect(!dashboard.contains("Seq Scan on events"), "\(dashboard)")
     }
+
+    /// Five years of diapers and nothing else: the dashboard's "last feeding", "last sleep"
+    /// and "last breast side" find nothing with one index probe each, instead of walking the
+    /// child's whole history looking for a category that was never logged (PRD §12: a family
+    /// that tracks only diapers).
+    @Test func aCategoryNeverLoggedDoesNotWalkTheChildsHistory() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "UTC")
+        try await fixture.admin.execute("""
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+            SELECT \(child.id), \(user.id), 'diaper', timestamptz '2021-11-20 00:00+00' + n * interval '3 hours', 'UTC', 0, '{"contents":"wet"}'
+            FROM generate_series(0, 5 * 365 * 8) AS n
+            """)
+        try await fixture.admin.execute("ANALYZE events")
+        let now = Date(timeIntervalSince1970: 1_795_000_000) // 2026-11-18
+        let plan = try await fixture.admin.query("EXPLAIN (ANALYZE, BUFFERS) \(Dashboard.query(child: child.id, now: now, actingUser: user.id))")
+            .decodeColumn(String.self)
+        let removed = plan.compactMap { line -> Int? in
+            guard let range = line.range(of: "Rows Removed by Filter: ") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+        #expect((removed.max() ?? 0) < 100, "\(plan.joined(separator: "\n"))")
+        #expect(plan.joined().contains("idx_events_child_type_time"), "\(plan.joined(separator: "\n"))")
+        let dashboard = try await fixture.store.events.dashboard(for: child.id, now: now, as: user.id)
+        #expect(dashboard.lastFeeding == nil && dashboard.lastSleep == nil && dashboard.lastDiaper != nil)
+    }
 }
