@@ -26,7 +26,7 @@ struct StoreFixture {
         }
         var appRole = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
         configure(&appRole)
-        let pool = PostgresPool(configuration: appRole, options: PoolOptions(maximumConnections: 6))
+        let pool = PostgresPool(configuration: Store.configured(appRole), options: PoolOptions(maximumConnections: 6))
         return StoreFixture(store: Store(pool: pool), admin: try await database.connect(), database: database)
     }
 

@@ -9,12 +9,18 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick] [--only=roundtrips,decoding,writes,sync,concurrency,domain]
+///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
 struct Bench {
     static func main() async {
+        // Our connections log their opening and closing at info; the run's own output is enough.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .warning
+            return handler
+        }
         do {
             let arguments = CommandLine.arguments
             if arguments.count >= 5, arguments[1] == "export-memory" {
@@ -22,6 +28,7 @@ struct Bench {
                 return
             }
             var runner = Runner(quick: arguments.contains("--quick"))
+            runner.large = arguments.contains("--large")
             // --only=roundtrips,concurrency: just those groups (for trying a change; the report is partial).
             if let only = arguments.first(where: { $0.hasPrefix("--only=") }) {
                 runner.only = Set(only.dropFirst("--only=".count).split(separator: ",").map(String.init))
@@ -62,6 +69,10 @@ struct Runner {
     /// The concurrency group (Concurrency.swift).
     var loads: [LoadResult] = []
     var flatness: Flatness?
+    /// The growth group (Growth.swift).
+    var growthPoints: [GrowthPoint] = []
+    /// --large: the growth group goes on to 10M events.
+    var large = false
     /// Groups to run; nil: all.
     var only: Set<String>?
 
@@ -113,6 +124,7 @@ struct Runner {
         }
         if runs("concurrency") { try await concurrency(cluster: cluster) }
         if runs("domain") { try await domain(cluster: cluster, clients: clients) }
+        if runs("growth") { try await growth(cluster: cluster) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)
@@ -305,7 +317,7 @@ struct Runner {
         try await clients.ours.executeUnsafeRawSQL("VACUUM (ANALYZE) events")
         notes.append("Domain data: \(loaded) events for \(children) children over \(days) days, loaded by binary COPY in \(String(format: "%.1f", loadSeconds)) s (\(Int(Double(loaded) / loadSeconds)) events/s, triggers off during the load; constraints and indexes on).")
 
-        let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "bench")), options: PoolOptions(maximumConnections: 2))
+        let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(try cluster.connectionString(database: "bench"))), options: PoolOptions(maximumConnections: 2))
         let store = Store(pool: pool)
         var random = SplitMix(seed: 7)
         let calls = quick ? 100 : 400
@@ -367,7 +379,7 @@ struct Runner {
     mutating func explainPlans(cluster: EmbeddedPostgres, families: [DomainData.Family], end: Date) async throws {
         let options = "&options=" + "-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0 -c auto_explain.log_analyze=on -c auto_explain.log_buffers=on"
             .addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
-        let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "bench") + options), options: PoolOptions(maximumConnections: 1))
+        let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(try cluster.connectionString(database: "bench") + options)), options: PoolOptions(maximumConnections: 1))
         let store = Store(pool: pool)
         let family = families[0]
         let folder = repository.appendingPathComponent("Benchmarks/results/explain")

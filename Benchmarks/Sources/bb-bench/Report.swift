@@ -38,6 +38,7 @@ extension Runner {
                 + "\(result.nio.map { format($0, unit: result.unit) } ?? "–") | \(ratioC) | \(ratioNIO) | \(result.goal) | \(met) |")
         }
         lines += concurrencySection()
+        lines += growthSection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [
             "- EXPLAIN (ANALYZE, BUFFERS) of the dashboard, timeline, sync page and export statements, captured by auto_explain",
@@ -49,11 +50,11 @@ extension Runner {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         struct Raw: Encodable {
             var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
-            var concurrency: [LoadResult]; var flatness: Flatness?
+            var concurrency: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {

@@ -1,0 +1,157 @@
+import BabyBasicsStore
+import EmbeddedPostgres
+import Foundation
+import Migrator
+import Postgres
+
+/// One size of the growth table: latencies of the app's reads with `events` holding `size`
+/// rows, and whether every plan stayed on indexes.
+struct GrowthPoint: Codable, Sendable {
+    var size: Int
+    var dashboard: Measurement
+    var timeline: Measurement
+    var syncPage: Measurement
+    var export: Measurement
+    /// Statements whose plan read `events` by a sequential scan (none is the goal).
+    var seqScans: [String]
+}
+
+extension Runner {
+    /// The same reads of the same children while the table grows around them: 10k, 100k and
+    /// 1M events (10M with --large). The measured children keep the same 30 days of history;
+    /// other families fill the table. Flat means an index probe per child: the table's size
+    /// must not show in the latency, and auto_explain's plans prove the access paths.
+    mutating func growth(cluster: EmbeddedPostgres) async throws {
+        let sizes = large ? [10_000, 100_000, 1_000_000, 10_000_000] : (quick ? [10_000, 100_000] : [10_000, 100_000, 1_000_000])
+        try await cluster.createDatabase("growth")
+        let url = try cluster.connectionString(database: "growth")
+        try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
+        let admin = try await PostgresConnection.connect(url)
+        let end = Date(timeIntervalSince1970: 1_763_683_200) // 2025-11-21
+        // Ten families with 30 days each (about 5,400 events): what every size measures.
+        let measured = try await DomainData.families(admin, count: 10, tag: "growth-measured")
+        var total = try await DomainData.load(admin, families: measured, days: 30, end: end)
+        let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(url)), options: PoolOptions(maximumConnections: 2))
+        let store = Store(pool: pool)
+        var fillers = 0
+        for size in sizes {
+            // Fill with families of a year each (about 6,600 events), then the remainder.
+            while total < size {
+                let days = min(365, max(1, (size - total) / 18))
+                let family = try await DomainData.families(admin, count: 1, tag: "growth-fill-\(fillers)")
+                fillers += 1
+                log("growth: \(total) of \(size) events, loading \(days) days more")
+                total += try await DomainData.load(admin, families: family, days: days, end: end)
+            }
+            try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) events")
+            let rows = try await admin.fetchValue(Int.self, "SELECT count(*) FROM events") ?? total
+            log("growth: measuring at \(rows) events")
+            var random = SplitMix(seed: 11)
+            let calls = quick ? 50 : 200
+            var dashboard = Measurement(count: calls), timeline = Measurement(count: calls), sync = Measurement(count: calls), export = Measurement(count: 20)
+            for _ in 0..<calls {
+                let family = measured[random.int(measured.count)]
+                dashboard.latencies.append(try await timed { try await store.events.dashboard(for: family.child, now: end, as: family.user) }.1)
+                let day = PostgresDate(end.addingTimeInterval(-Double(1 + random.int(29)) * 86_400), in: TimeZone(identifier: family.zone) ?? .gmt)
+                timeline.latencies.append(try await timed { try await store.events.timeline(for: family.child, day: day, now: end, as: family.user) }.1)
+                sync.latencies.append(try await timed { try await store.events.changes(for: family.user, after: .start, limit: 500) }.1)
+            }
+            for _ in 0..<20 {
+                let family = measured[random.int(measured.count)]
+                export.latencies.append(try await timed { try await store.events.exportCSV(for: family.child, range: .allTime, as: family.user) { _ in } }.1)
+            }
+            // How the server ran the prepared statements: a custom plan is planned again on every call.
+            let plans = try await pool.withConnection { connection in
+                try await connection.query("""
+                    SELECT left(regexp_replace(statement, '\\s+', ' ', 'g'), 40), generic_plans, custom_plans FROM pg_prepared_statements
+                    WHERE generic_plans + custom_plans > 20 ORDER BY 1
+                    """).map { try $0.decode((String, Int, Int).self) }
+            }
+            for (statement, generic, custom) in plans {
+                log("growth at \(rows): \(statement)… generic \(generic), custom \(custom)")
+            }
+            let seqScans = try await growthPlans(cluster: cluster, url: url, family: measured[0], end: end, size: rows)
+            growthPoints.append(GrowthPoint(size: rows, dashboard: dashboard, timeline: timeline, syncPage: sync, export: export, seqScans: seqScans))
+        }
+        await pool.close()
+        await admin.close()
+    }
+
+    /// Runs each read once more under auto_explain (EXPLAIN ANALYZE, BUFFERS into the server
+    /// log), saves the plans and returns the reads that scanned `events` sequentially.
+    private func growthPlans(cluster: EmbeddedPostgres, url: String, family: DomainData.Family, end: Date, size: Int) async throws -> [String] {
+        let options = "&options=" + "-c session_preload_libraries=auto_explain -c auto_explain.log_min_duration=0 -c auto_explain.log_analyze=on -c auto_explain.log_buffers=on"
+            .addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(url + options)), options: PoolOptions(maximumConnections: 2))
+        let store = Store(pool: pool)
+        let folder = repository.appendingPathComponent("Benchmarks/results/explain")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let cases: [(String, @Sendable () async throws -> Void)] = [
+            ("dashboard", { _ = try await store.events.dashboard(for: family.child, now: end, as: family.user) }),
+            ("timeline", { _ = try await store.events.timeline(for: family.child, day: PostgresDate(end.addingTimeInterval(-86_400 * 3), in: .gmt), now: end, as: family.user) }),
+            ("sync-page", { _ = try await store.events.changes(for: family.user, after: .start, limit: 500) }),
+            ("export-csv", { try await store.events.exportCSV(for: family.child, range: .allTime, as: family.user) { _ in } }),
+        ]
+        var seqScans: [String] = []
+        for (name, call) in cases {
+            try await call()
+            let before = (try? FileManager.default.attributesOfItem(atPath: cluster.logFile.path)[.size] as? Int) ?? 0
+            try await call()
+            try await Task.sleep(for: .milliseconds(200))
+            let handle = try FileHandle(forReadingFrom: cluster.logFile)
+            try handle.seek(toOffset: UInt64(before))
+            let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+            try handle.close()
+            try Data(text.utf8).write(to: folder.appendingPathComponent("growth-\(size)-\(name).txt"))
+            if text.contains("Seq Scan on events") { seqScans.append(name) }
+        }
+        await pool.close()
+        return seqScans
+    }
+
+    /// The growth table for BENCHMARKS.md.
+    func growthSection() -> [String] {
+        guard !growthPoints.isEmpty else { return [] }
+        func cell(_ measurement: Measurement) -> String {
+            "\(formatLatency(measurement.p50)) / \(formatLatency(measurement.p99))"
+        }
+        var lines = [
+            "",
+            "## Growth: the same reads as the table grows",
+            "",
+            "Ten families with 30 days of history each (about 5,400 events) are measured at every size; other families",
+            "fill `events` around them. p50 / p99 over \(growthPoints.first?.dashboard.latencies.count ?? 0) calls (export: 20). Plans are",
+            "auto_explain's `EXPLAIN (ANALYZE, BUFFERS)` of each read at each size (`Benchmarks/results/explain/growth-*`).",
+            "",
+            "| Events in the table | Dashboard | Timeline (one day) | Sync page (500) | CSV export (30 days) | Seq Scan on events |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for point in growthPoints {
+            lines.append("| \(point.size) | \(cell(point.dashboard)) | \(cell(point.timeline)) | \(cell(point.syncPage)) | \(cell(point.export)) | "
+                + (point.seqScans.isEmpty ? "none" : "**\(point.seqScans.joined(separator: ", "))**") + " |")
+        }
+        if let first = growthPoints.first, let last = growthPoints.last, first.size != last.size {
+            let ratios = [("dashboard", first.dashboard, last.dashboard), ("timeline", first.timeline, last.timeline),
+                          ("sync page", first.syncPage, last.syncPage), ("export", first.export, last.export)]
+                .map { name, small, big in (name, (big.p50 ?? 0) / max(small.p50 ?? 1, 1e-9)) }
+            let worst = ratios.max { $0.1 < $1.1 }
+            // Below 100k rows a sequential scan of the table can be the planner's right call.
+            let flat = ratios.allSatisfy { $0.1 <= 1.5 } && growthPoints.filter { $0.size >= 100_000 }.allSatisfy { $0.seqScans.isEmpty }
+            lines += [
+                "",
+                "| Goal | Measured | Met |",
+                "| --- | --- | --- |",
+                "| Flat: p50 at \(last.size) events within 1.5× of p50 at \(first.size), and no Seq Scan on events from 100k events on | "
+                    + ratios.map { "\($0.0) \(String(format: "%.2f", $0.1))×" }.joined(separator: ", ")
+                    + " (worst: \(worst?.0 ?? "-")) | \(flat ? "yes" : "**no**") |",
+            ]
+        }
+        return lines
+    }
+}
+
+func formatLatency(_ seconds: Double?) -> String {
+    guard let seconds else { return "–" }
+    if seconds < 0.001 { return "\(Int((seconds * 1e6).rounded())) µs" }
+    return String(format: "%.2f ms", seconds * 1000)
+}
