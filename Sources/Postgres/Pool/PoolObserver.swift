@@ -55,8 +55,9 @@ final class PoolObserver: Sendable {
     /// Every connection is lent and the pool is at its maximum: callers now wait. Logged once
     /// until a connection is idle again.
     func exhausted(_ counts: Counts) {
-        logger.warning("connection pool exhausted: all connections are in use and callers wait; raise maximumConnections or look for slow statements", metadata: [
-            "postgres.pool.max": "\(maximumConnections)", "postgres.pool.leased": "\(counts.leased)", "postgres.pool.waiting": "\(counts.waiting)",
+        logger.warning("connection pool exhausted: every connection is lent or being opened and callers wait; raise maximumConnections or look for slow statements", metadata: [
+            "postgres.pool.max": "\(maximumConnections)", "postgres.pool.open": "\(counts.open)",
+            "postgres.pool.leased": "\(counts.leased)", "postgres.pool.waiting": "\(counts.waiting)",
         ])
     }
 
