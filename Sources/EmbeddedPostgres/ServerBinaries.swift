@@ -19,10 +19,16 @@ public struct ServerBinaries: Sendable {
     public init(directory: String) { self.directory = directory }
 
     /// Searches `BB_PG_BINDIR`, `/usr/lib/postgresql/*/bin` (newest first), Homebrew, then `PATH`.
-    public static func locate() throws -> ServerBinaries {
+    public static func locate(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> ServerBinaries {
         let fileManager = FileManager.default
         var candidates: [String] = []
-        if let override = ProcessInfo.processInfo.environment["BB_PG_BINDIR"], !override.isEmpty {
+        if let override = environment["BB_PG_BINDIR"], !override.isEmpty {
+            // Named on purpose: never fall back to another server without saying so.
+            guard fileManager.isExecutableFile(atPath: override + "/initdb"), fileManager.isExecutableFile(atPath: override + "/pg_ctl") else {
+                throw EmbeddedPostgresError(
+                    "BB_PG_BINDIR is \(override), but initdb and pg_ctl are not there",
+                    fix: "point BB_PG_BINDIR at the bin folder of a PostgreSQL installation (the one holding initdb), or unset it")
+            }
             candidates.append(override)
         }
         let debianRoot = "/usr/lib/postgresql"
@@ -33,7 +39,7 @@ public struct ServerBinaries: Sendable {
         for brew in ["/opt/homebrew/bin", "/usr/local/bin", "/opt/homebrew/opt/postgresql/bin"] {
             candidates.append(brew)
         }
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        let path = environment["PATH"] ?? ""
         candidates += path.split(separator: ":").map(String.init)
         for directory in candidates where fileManager.isExecutableFile(atPath: directory + "/initdb")
             && fileManager.isExecutableFile(atPath: directory + "/pg_ctl") {

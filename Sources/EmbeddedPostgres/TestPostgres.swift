@@ -48,6 +48,11 @@ public actor TestPostgres {
             options: .init(durable: false, maxConnections: 400, settings: ["shared_buffers": "256MB", "max_locks_per_transaction": "256"], tcp: true))
         try cluster.start()
         try startWatchdog(for: cluster)
+        // Which server this run tests against, in the test output (make test runs two).
+        let binaries = try ServerBinaries.locate()
+        let version = (try? ProcessRunner.run(binaries.directory + "/postgres", ["--version"], asServerAccount: false).output)?
+            .trimmingCharacters(in: .whitespacesAndNewlines) ?? "PostgreSQL"
+        FileHandle.standardError.write(Data("TestPostgres: \(version) from \(binaries.directory), cluster in \(cluster.directory.path)\n".utf8))
         return cluster
     }
 

@@ -9,7 +9,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
         commandName: "embedded",
         abstract: "Manage the local development PostgreSQL kept in .bbdata/.",
         discussion: "The cluster is used when no --url, DATABASE_URL or PG* variable names a database.",
-        subcommands: [Start.self, Status.self, URLCommand.self, Stop.self]
+        subcommands: [Start.self, Status.self, URLCommand.self, Stop.self, Remove.self]
     )
 
     struct Location: ParsableArguments {
@@ -18,9 +18,10 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @Flag(help: "Print the result as JSON on stdout.")
         var json = false
 
-        var cluster: EmbeddedPostgres {
+        /// The cluster (relocated when the server account cannot enter its folder).
+        func cluster() throws -> EmbeddedPostgres {
             let path = dataDirectory ?? ProcessInfo.processInfo.environment["BB_DATA_DIR"] ?? ".bbdata"
-            return EmbeddedPostgres(directory: URL(fileURLWithPath: path))
+            do { return try EmbeddedPostgres.development(at: path) } catch { throw fail(error) }
         }
     }
 
@@ -28,8 +29,19 @@ struct EmbeddedCommand: AsyncParsableCommand {
     struct Output: Encodable {
         var ok = true
         var folder: String
+        /// The link to `folder` when the cluster was relocated (run as root in a folder the
+        /// `postgres` account cannot enter).
+        var linkedFrom: String?
         var status: String
         var url: String?
+
+        init(ok: Bool = true, _ cluster: EmbeddedPostgres, status: String, url: String? = nil) {
+            self.ok = ok
+            folder = cluster.directory.path
+            linkedFrom = cluster.linkedFrom?.path
+            self.status = status
+            self.url = url
+        }
     }
 
     struct Start: AsyncParsableCommand {
@@ -38,15 +50,15 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @Option(help: "Database to create if missing.") var database = "babybasics"
 
         func run() async throws {
-            let cluster = location.cluster
+            let cluster = try location.cluster()
             do {
                 let status = try await runOnDedicatedThread { try cluster.start() }
                 if !(try await cluster.databaseExists(database)) {
                     try await cluster.createDatabase(database)
                 }
-                printError("embedded PostgreSQL in \(cluster.directory.path): \(status)")
+                printError("embedded PostgreSQL in \(cluster.place): \(status)")
                 let url = try cluster.connectionString(database: database)
-                if location.json { printJSON(Output(folder: cluster.directory.path, status: "\(status)", url: url)) } else { print(url) }
+                if location.json { printJSON(Output(cluster, status: "\(status)", url: url)) } else { print(url) }
             } catch {
                 throw location.fail(error)
             }
@@ -58,15 +70,15 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @OptionGroup var location: Location
 
         func run() async throws {
-            let cluster = location.cluster
+            let cluster = try location.cluster()
             let status: EmbeddedPostgres.Status
             do { status = try cluster.status() } catch { throw location.fail(error) }
             var running = false
             if case .running = status { running = true }
             if location.json {
-                printJSON(Output(ok: running, folder: cluster.directory.path, status: "\(status)", url: running ? try? cluster.connectionString(database: "babybasics") : nil))
+                printJSON(Output(ok: running, cluster, status: "\(status)", url: running ? try? cluster.connectionString(database: "babybasics") : nil))
             } else {
-                print("\(cluster.directory.path): \(status)")
+                print("\(cluster.place): \(status)")
             }
             if !running { throw ExitCode(MigrationExitCode.cannotConnect.rawValue) }
         }
@@ -78,9 +90,10 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @Option(help: "Database name.") var database = "babybasics"
 
         func run() async throws {
+            let cluster = try location.cluster()
             do {
-                let url = try location.cluster.connectionString(database: database)
-                if location.json { printJSON(Output(folder: location.cluster.directory.path, status: "running", url: url)) } else { print(url) }
+                let url = try cluster.connectionString(database: database)
+                if location.json { printJSON(Output(cluster, status: "running", url: url)) } else { print(url) }
             } catch {
                 throw location.fail(error)
             }
@@ -92,11 +105,34 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @OptionGroup var location: Location
 
         func run() async throws {
-            let cluster = location.cluster
+            let cluster = try location.cluster()
             do { try await runOnDedicatedThread { try cluster.stop() } } catch { throw location.fail(error) }
-            printError("embedded PostgreSQL in \(cluster.directory.path): stopped")
-            if location.json { printJSON(Output(folder: cluster.directory.path, status: "stopped")) }
+            printError("embedded PostgreSQL in \(cluster.place): stopped")
+            if let link = cluster.linkedFrom {
+                printError("its data stays in \(cluster.directory.path) (\(link.path) links to it); bbmigrate embedded remove (or make clean) deletes both")
+            }
+            if location.json { printJSON(Output(cluster, status: "stopped")) }
         }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Stop the cluster and delete its data (and the link to it, when it was relocated).")
+        @OptionGroup var location: Location
+
+        func run() async throws {
+            let cluster = try location.cluster()
+            do { try await runOnDedicatedThread { try cluster.remove() } } catch { throw location.fail(error) }
+            printError("embedded PostgreSQL in \(cluster.place): removed")
+            if location.json { printJSON(Output(cluster, status: "removed")) }
+        }
+    }
+}
+
+extension EmbeddedPostgres {
+    /// `/var/tmp/babybasics/bbdata-1a2b3c4d (linked from /root/app/.bbdata)`, or the folder.
+    var place: String {
+        linkedFrom.map { "\(directory.path) (linked from \($0.path))" } ?? directory.path
     }
 }
 

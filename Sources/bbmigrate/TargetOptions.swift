@@ -51,16 +51,21 @@ struct TargetOptions: ParsableArguments {
             return (.environment(), "the database named by the PG* variables")
         }
         let path = dataDirectory ?? environment["BB_DATA_DIR"] ?? ".bbdata"
-        let cluster = EmbeddedPostgres(directory: URL(fileURLWithPath: path))
+        let cluster: EmbeddedPostgres
+        do {
+            cluster = try EmbeddedPostgres.development(at: path)
+        } catch {
+            throw MigratorError.connection("cannot use the embedded PostgreSQL in \(path): \(error)", fix: "pass --url or set DATABASE_URL to use another server")
+        }
         do {
             try await runOnDedicatedThread { _ = try cluster.start() }
             if !(try await cluster.databaseExists("babybasics")) { try await cluster.createDatabase("babybasics") }
-            printError("bbmigrate: no --url, DATABASE_URL or PG* variables: using the embedded PostgreSQL in \(cluster.directory.path) (database babybasics)")
+            printError("bbmigrate: no --url, DATABASE_URL or PG* variables: using the embedded PostgreSQL in \(cluster.place) (database babybasics)")
             var configuration = PostgresConfiguration(try cluster.connectionString(database: "babybasics"))
             configuration.applicationName = "bbmigrate"
             return (configuration, "the embedded database in \(cluster.directory.path)")
         } catch {
-            throw MigratorError.connection("cannot start the embedded PostgreSQL in \(cluster.directory.path): \(error)", fix: "pass --url or set DATABASE_URL to use another server")
+            throw MigratorError.connection("cannot start the embedded PostgreSQL in \(cluster.place): \(error)", fix: "pass --url or set DATABASE_URL to use another server")
         }
     }
 
