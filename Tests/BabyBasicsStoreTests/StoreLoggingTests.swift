@@ -15,6 +15,9 @@ import Testing
             configuration.slowQueryThreshold = .zero // every statement also logs as slow, at warning
         }
         let store = fixture.store
+        // The push channel listens on a connection of its own (it logs its LISTEN too).
+        let listening = Task { for await _ in store.childChanges() {} }
+        defer { listening.cancel() }
         let tag = "Zq7\(UUID().uuidString.prefix(6))"
         var secrets: [String] = [tag]
         func remember(_ ids: UUID...) { secrets += ids.map(\.uuidString) }
@@ -105,6 +108,7 @@ import Testing
         try await store.children.delete(child.id, as: parent.id)
         try await store.users.deleteAccount(as: partner.id)
 
+        try await waitUntil { capture.records.contains { $0.metadata["db.query.text"]?.contains("LISTEN") == true } }
         let records = capture.records
         // Each call reached the log: a statement record per call at least, at debug and as "slow" at warning.
         #expect(records.filter { $0.message == "slow statement" }.count >= 50)
