@@ -9,7 +9,7 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth]
+///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
@@ -71,6 +71,8 @@ struct Runner {
     var flatness: Flatness?
     /// The growth group (Growth.swift).
     var growthPoints: [GrowthPoint] = []
+    /// The write-path group (WritePath.swift): before and after.
+    var writePathPoints: [WritePathPoint] = []
     /// --large: the growth group goes on to 10M events.
     var large = false
     /// Groups to run; nil: all.
@@ -125,6 +127,7 @@ struct Runner {
         if runs("concurrency") { try await concurrency(cluster: cluster) }
         if runs("domain") { try await domain(cluster: cluster, clients: clients) }
         if runs("growth") { try await growth(cluster: cluster) }
+        if runs("writepath") { try await writePath(cluster: cluster) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)

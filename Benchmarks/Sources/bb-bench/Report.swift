@@ -39,6 +39,7 @@ extension Runner {
         }
         lines += concurrencySection()
         lines += growthSection()
+        lines += writePathSection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [
             "- EXPLAIN (ANALYZE, BUFFERS) of the dashboard, timeline, sync page and export statements, captured by auto_explain",
@@ -50,11 +51,11 @@ extension Runner {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         struct Raw: Encodable {
             var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
-            var concurrency: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]
+            var concurrency: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]; var writePath: [WritePathPoint]
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {
