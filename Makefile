@@ -91,9 +91,17 @@ pg18: deps
 
 # The wrapper's DocC catalog (Sources/Postgres/Postgres.docc), warnings as errors: a broken
 # symbol link fails the build. Open .build/docs/Postgres with `docc preview` or any web server.
+# docc copies its page template from the toolchain keeping the files' owner, which fails for an
+# account that does not own the toolchain (one installed by root in /opt): it then works on a
+# copy of its own (DOCC_HTML_DIR).
 docs: deps
 	@mkdir -p .build/docs
-	@set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+	@render="$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../share/docc/render"; \
+	if [ -d "$$render" ] && [ "$$(stat -c %u "$$render" 2>/dev/null)" != "$$(id -u)" ]; then \
+		[ -d .build/docc-render ] || cp -r "$$render" .build/docc-render; \
+		export DOCC_HTML_DIR="$$PWD/.build/docc-render"; \
+	fi; \
+	set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
 		--target Postgres --warnings-as-errors --output-path .build/docs/Postgres 2>&1 | grep -v '^\[' 
 
 # The libFuzzer targets in Fuzz/ (a separate package, built with the address sanitizer).
