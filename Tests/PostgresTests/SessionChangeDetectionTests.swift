@@ -18,6 +18,18 @@ import Testing
         ("SELECT 1", false),
         ("SELECT pg_advisory_lock(1)", true),
         ("LISTEN x", true),
+        // Case-blind, whatever comes before (multi-byte text included), at the very end too.
+        ("SELECT 'Zoë 👶' AS name; SeLeCt PG_ADVISORY_XACT_LOCK(1)", true),
+        ("CREATE TEMPORARY TABLE t (id int)", true),
+        ("SELECT 'Zoë 👶', 'Rôle' AS r", false),
+        ("SET ROLE babybasics_app", true),
+        ("Set Session AUTHORIZATION DEFAULT", true),
+        ("SELECT * FROM dblink('x', 'y')", true),
+        ("SELECT 'tem'", false),
+        ("SELECT SET_CONFIG('a', 'b', TRUE)", false),
+        ("SELECT 1 -- ends with tem", false),
+        ("SELECT 1 -- ends with temp", true),
+        ("", false),
     ])
     func detects(_ text: String, _ changes: Bool) {
         #expect(SessionSettings.mayChangeSession(text) == changes, "\(text)")
