@@ -133,6 +133,25 @@ import Tracing
         await pool.close()
     }
 
+    /// An overloaded pool does not flood the log: the same warning at most once per interval,
+    /// saying how many times it happened since the last one.
+    @Test func repeatedPoolWarningsAreRateLimitedAndCounted() async throws {
+        let capture = LogCapture()
+        var configuration = PostgresConfiguration("postgresql://localhost/x")
+        configuration.logger = capture.logger(level: .info)
+        let observer = PoolObserver(configuration: configuration, options: PoolOptions(), reportInterval: .milliseconds(200))
+        let counts = PoolObserver.Counts(open: 1, idle: 0, leased: 1, waiting: 1)
+        for _ in 0..<3 { observer.exhausted(counts) }
+        observer.timedOut(1)
+        #expect(capture.records.filter { $0.message.hasPrefix("connection pool exhausted") }.count == 1)
+        try await Task.sleep(for: .milliseconds(300))
+        observer.exhausted(counts)
+        let exhausted = capture.records.filter { $0.message.hasPrefix("connection pool exhausted") }
+        #expect(exhausted.count == 2)
+        #expect(exhausted.last?.metadata["postgres.pool.times_since_last_report"] == "3")
+        #expect(capture.records.filter { $0.message.hasPrefix("callers gave up") }.count == 1)
+    }
+
     // MARK: Metrics
 
     @Test func metricsRecordDurationsErrorsByClassAndThePoolsCounts() async throws {

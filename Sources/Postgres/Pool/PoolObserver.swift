@@ -1,5 +1,6 @@
 import Logging
 import Metrics
+import Synchronization
 
 /// The pool's gauges, its acquire timer and its own log records (exhaustion, broken
 /// connections replaced, shutdown).
@@ -16,10 +17,15 @@ final class PoolObserver: Sendable {
 
     private let logger: Logger
     private let maximumConnections: Int
+    /// Warnings an overloaded pool repeats (exhausted, timed out) go out at most once per
+    /// `reportInterval`, each saying how often it happened meanwhile.
+    private let reportInterval: Duration
+    private let lastReports = Mutex<[String: (at: ContinuousClock.Instant, suppressed: Int)]>([:])
     private let gauges: (open: Gauge, idle: Gauge, leased: Gauge, waiting: Gauge)?
     private let acquireWait: Metrics.Timer?
 
-    init(configuration: PostgresConfiguration, options: PoolOptions) {
+    init(configuration: PostgresConfiguration, options: PoolOptions, reportInterval: Duration = .seconds(10)) {
+        self.reportInterval = reportInterval
         var logger = configuration.logger
         logger[metadataKey: "postgres.pool"] = "\(options.name)"
         self.logger = logger
@@ -52,18 +58,38 @@ final class PoolObserver: Sendable {
         acquireWait?.recordNanoseconds(start.duration(to: .now).nanoseconds)
     }
 
-    /// Every connection is lent and the pool is at its maximum: callers now wait. Logged once
-    /// until a connection is idle again.
+    /// Every connection is lent and the pool is at its maximum: callers now wait. The pool
+    /// reports it once until a connection is idle again, and this at most once per
+    /// `reportInterval` (an overloaded pool goes idle and exhausted many times a second).
     func exhausted(_ counts: Counts) {
+        guard let suppressed = due("exhausted") else { return }
         logger.warning("connection pool exhausted: every connection is lent or being opened and callers wait; raise maximumConnections or look for slow statements", metadata: [
             "postgres.pool.max": "\(maximumConnections)", "postgres.pool.open": "\(counts.open)",
             "postgres.pool.leased": "\(counts.leased)", "postgres.pool.waiting": "\(counts.waiting)",
+            "postgres.pool.times_since_last_report": "\(suppressed + 1)",
         ])
     }
 
+    /// nil while a warning of this kind went out less than `reportInterval` ago (it is
+    /// counted); else how many were held back since the last one.
+    private func due(_ kind: String) -> Int? {
+        let now = ContinuousClock.now
+        return lastReports.withLock { reports in
+            if let last = reports[kind], last.at.duration(to: now) < reportInterval {
+                reports[kind] = (last.at, last.suppressed + 1)
+                return nil
+            }
+            let suppressed = reports[kind]?.suppressed ?? 0
+            reports[kind] = (now, 0)
+            return suppressed
+        }
+    }
+
     func timedOut(_ count: Int) {
+        guard let suppressed = due("timedOut") else { return }
         logger.warning("callers gave up waiting for a database connection (acquireTimeout)", metadata: [
             "postgres.pool.max": "\(maximumConnections)", "postgres.pool.timed_out": "\(count)",
+            "postgres.pool.times_since_last_report": "\(suppressed + 1)",
         ])
     }
 
