@@ -11,8 +11,8 @@ struct EmbeddedCommand: AsyncParsableCommand {
         abstract: "Manage the local development PostgreSQL kept in .bbdata/.",
         discussion: """
             The cluster is used when no --url, DATABASE_URL or PG* variable names a database. Run as root in a folder \
-            the 'postgres' account cannot enter (a clone under /root), it lives in /var/tmp/babybasics/ and .bbdata \
-            links to it; status says where.
+            the 'postgres' account cannot enter (a clone under /root), or in a path too long for a Unix socket, it lives \
+            in /var/tmp/babybasics*/ and .bbdata links to it; status says where, remove deletes both.
             """,
         subcommands: [Start.self, Status.self, URLCommand.self, Stop.self, Remove.self]
     )
