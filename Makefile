@@ -106,9 +106,16 @@ pg18: test-deps
 
 # The wrapper's DocC catalog (Sources/Postgres/Postgres.docc), warnings as errors: a broken
 # symbol link fails the build. Open .build/docs/Postgres with `docc preview` or any web server.
+# docc copies the toolchain's page template with its owner (swift-corelibs-foundation's
+# copyItem), which fails for anyone but that owner (root, for /opt/swift): "The file doesn't
+# exist" for every page. Anyone else gets a copy of their own in .build/ (DOCC_HTML_DIR).
 docs: deps
 	@mkdir -p .build/docs
-	@set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+	@render="$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../share/docc/render"; \
+	if [ -z "$$DOCC_HTML_DIR" ] && [ -d "$$render" ] && [ ! -O "$$render" ]; then \
+		rm -rf .build/docc-render && cp -R "$$render" .build/docc-render && export DOCC_HTML_DIR="$$PWD/.build/docc-render"; \
+	fi; \
+	set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
 		--target Postgres --warnings-as-errors --output-path .build/docs/Postgres 2>&1 | grep -v '^\[' 
 
 # The libFuzzer targets in Fuzz/ (a separate package, built with the address sanitizer).
