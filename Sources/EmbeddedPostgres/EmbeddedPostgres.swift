@@ -164,6 +164,7 @@ public struct EmbeddedPostgres: Sendable {
         let current = try status()
         if case .running = current { return current }
         let binaries = try ServerBinaries.locate()
+        try binaries.checkServerAccountCanRun()
         try prepareDirectory()
         if current == .notInitialized { try initialize(binaries) }
         try lockDown()
@@ -221,14 +222,14 @@ public struct EmbeddedPostgres: Sendable {
     // MARK: Internals
 
     private func prepareDirectory() throws {
+        // The socket path (folder + "/.s.PGSQL.NNNNN") must fit in sockaddr_un (107 bytes).
+        guard Self.socketFolderFits(directory.path) else {
+            throw EmbeddedPostgresError(
+                "the folder path \(directory.path) is too long to hold PostgreSQL's Unix socket (at most \(Self.maximumSocketFolderLength) bytes)",
+                fix: "use a shorter folder, for example under /tmp (EmbeddedPostgres.development(at:) moves one itself)")
+        }
         let fileManager = FileManager.default
         try fileManager.createDirectory(at: directory, withIntermediateDirectories: true)
-        // The socket path (folder + "/.s.PGSQL.NNNNN") must fit in sockaddr_un (107 bytes).
-        guard directory.path.utf8.count + 18 <= 107 else {
-            throw EmbeddedPostgresError(
-                "the folder path \(directory.path) is too long for a Unix socket (limit about 90 characters)",
-                fix: "use a shorter folder, for example under /tmp")
-        }
         try ProcessRunner.handOver(directory.path)
         if ProcessRunner.isRoot {
             let probe = try ProcessRunner.run("/usr/bin/test", ["-w", directory.path, "-a", "-x", directory.path])

@@ -51,6 +51,25 @@ public struct ServerBinaries: Sendable {
     }
 }
 
+extension ServerBinaries {
+    /// As root, the server programs run as the `postgres` account: throws, naming the fix,
+    /// when that account cannot run them (an installation inside `/root`, mode 0700, such as
+    /// a Python virtual environment there). Does nothing for any other account.
+    ///
+    /// ```swift
+    /// try ServerBinaries.locate().checkServerAccountCanRun()
+    /// ```
+    public func checkServerAccountCanRun() throws {
+        guard ProcessRunner.isRoot else { return }
+        let probe = try ProcessRunner.run("/usr/bin/test", ["-x", initdb, "-a", "-x", directory + "/postgres"])
+        guard probe.status == 0 else {
+            throw EmbeddedPostgresError(
+                "the '\(ProcessRunner.serverAccount)' account cannot run the server programs in \(directory) (as root, PostgreSQL runs as that account, and a folder above them is closed to it)",
+                fix: "copy that installation to a folder every account can enter (for .venv-pg18: BB_PG_BINDIR=$(scripts/pg18-bindir.sh)), or install PostgreSQL with apt-get install postgresql")
+        }
+    }
+}
+
 /// Something went wrong starting, stopping or reaching the embedded cluster.
 ///
 /// The message says what happened; `fix` says what to do.

@@ -3,12 +3,17 @@ import EmbeddedPostgres
 import Foundation
 import Migrator
 
-/// `bbmigrate embedded start|status|url|stop`: the development cluster in `.bbdata/`.
+/// `bbmigrate embedded start|status|url|stop|remove`: the development cluster in `.bbdata/`
+/// (relocated, with `.bbdata` a link to it, when its server cannot use that folder).
 struct EmbeddedCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "embedded",
         abstract: "Manage the local development PostgreSQL kept in .bbdata/.",
-        discussion: "The cluster is used when no --url, DATABASE_URL or PG* variable names a database.",
+        discussion: """
+            The cluster is used when no --url, DATABASE_URL or PG* variable names a database. Run as root in a folder \
+            the 'postgres' account cannot enter (a clone under /root), or in a path too long for a Unix socket, it lives \
+            in /var/tmp/babybasics*/ and .bbdata links to it; status says where, remove deletes both.
+            """,
         subcommands: [Start.self, Status.self, URLCommand.self, Stop.self, Remove.self]
     )
 
@@ -18,9 +23,15 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @Flag(help: "Print the result as JSON on stdout.")
         var json = false
 
-        /// The cluster (relocated when the server account cannot enter its folder).
-        func cluster() throws -> EmbeddedPostgres {
+        /// The cluster (relocated when the server account cannot enter its folder). Only
+        /// `start` (`creating`) makes the link to a relocated folder; the other commands find
+        /// nothing where nothing was made.
+        func cluster(creating: Bool = false) throws -> EmbeddedPostgres {
             let path = dataDirectory ?? ProcessInfo.processInfo.environment["BB_DATA_DIR"] ?? ".bbdata"
+            let isLink = (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) != nil
+            if !creating && !isLink && !FileManager.default.fileExists(atPath: path) {
+                return EmbeddedPostgres(directory: URL(fileURLWithPath: path))
+            }
             do { return try EmbeddedPostgres.development(at: path) } catch { throw fail(error) }
         }
     }
@@ -50,7 +61,7 @@ struct EmbeddedCommand: AsyncParsableCommand {
         @Option(help: "Database to create if missing.") var database = "babybasics"
 
         func run() async throws {
-            let cluster = try location.cluster()
+            let cluster = try location.cluster(creating: true)
             do {
                 let status = try await runOnDedicatedThread { try cluster.start() }
                 if !(try await cluster.databaseExists(database)) {
@@ -106,12 +117,21 @@ struct EmbeddedCommand: AsyncParsableCommand {
 
         func run() async throws {
             let cluster = try location.cluster()
-            do { try await runOnDedicatedThread { try cluster.stop() } } catch { throw location.fail(error) }
-            printError("embedded PostgreSQL in \(cluster.place): stopped")
-            if let link = cluster.linkedFrom {
-                printError("its data stays in \(cluster.directory.path) (\(link.path) links to it); bbmigrate embedded remove (or make clean) deletes both")
+            let before: EmbeddedPostgres.Status
+            do {
+                before = try cluster.status()
+                try await runOnDedicatedThread { try cluster.stop() }
+            } catch {
+                throw location.fail(error)
             }
-            if location.json { printJSON(Output(cluster, status: "stopped")) }
+            if before == .notInitialized {
+                printError("embedded PostgreSQL in \(cluster.place): not created, nothing to stop")
+            } else {
+                printError("embedded PostgreSQL in \(cluster.place): stopped")
+                let links = cluster.linkedFrom.map { " (\($0.path) links to it)" } ?? ""
+                printError("its data stays in \(cluster.directory.path)\(links); bbmigrate embedded remove (or make clean) deletes it")
+            }
+            if location.json { printJSON(Output(cluster, status: before == .notInitialized ? "\(before)" : "stopped")) }
         }
     }
 
