@@ -24,6 +24,7 @@ struct BBMigrate: AsyncParsableCommand {
 
     /// Parses, runs, and maps ArgumentParser's usage exit code (64) to ours (2).
     static func main() async {
+        CommandLogging.bootstrapped
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {

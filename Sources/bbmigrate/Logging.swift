@@ -31,8 +31,13 @@ struct StderrLogHandler: LogHandler {
 }
 
 enum CommandLogging {
-    /// Sends every `Logger` of the process to stderr through `StderrLogHandler`.
-    static let bootstrapped: Void = LoggingSystem.bootstrap { StderrLogHandler(label: $0) }
+    /// Sends every `Logger` of the process to stderr through `StderrLogHandler`, before any
+    /// command runs: stdout carries only results (a URL, `--json`). bbmigrate's own progress
+    /// starts at `info`; every other logger (the connections, those the embedded cluster opens
+    /// included) at `warning`, so a run does not print each connection it opens.
+    static let bootstrapped: Void = LoggingSystem.bootstrap { label in
+        StderrLogHandler(label: label, logLevel: label == "bbmigrate" ? .info : .warning)
+    }
 
     /// The migrator's logger and the connections' logger for `level`: progress at `info` by
     /// default; the connections' own records (each statement at `debug`, slow ones at

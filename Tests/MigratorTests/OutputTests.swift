@@ -104,6 +104,23 @@ import Testing
         #expect(environment.stderr.contains("postgres: statement "))
     }
 
+    /// The embedded cluster's own connections (creating the database) do not print: stdout is
+    /// the result alone, and stderr has no connection chatter at the default level.
+    @Test func embeddedCommandsPrintTheirResultOnly() async throws {
+        let folder = URL(fileURLWithPath: "/tmp/bbm-quiet-\(UUID().uuidString.prefix(6))")
+        defer {
+            _ = try? FileManager.default.removeItem(at: folder)
+        }
+        let started = try await bbmigrate("embedded", "start", "--data-dir", folder.appendingPathComponent(".bbdata").path, "--json")
+        defer { Task { _ = try? await bbmigrate("embedded", "remove", "--data-dir", folder.appendingPathComponent(".bbdata").path) } }
+        #expect(started.status == 0, "\(started.stderr)")
+        let output = try #require(try JSONSerialization.jsonObject(with: Data(started.stdout.utf8)) as? [String: Any], "stdout: \(started.stdout)")
+        #expect((output["url"] as? String)?.hasPrefix("postgresql://") == true)
+        #expect(!started.stderr.contains("postgres: connected") && !started.stderr.contains("connection closed"), "\(started.stderr)")
+        let stopped = try await bbmigrate("embedded", "stop", "--data-dir", folder.appendingPathComponent(".bbdata").path)
+        #expect(stopped.status == 0)
+    }
+
     @Test func anUnknownLogLevelIsAUsageErrorThatNamesTheChoices() async throws {
         let result = try await bbmigrate("up", "--log-level", "loud", "--url", "postgresql://127.0.0.1:1/x", "--dir", repositoryMigrations.path)
         #expect(result.status == 2)
