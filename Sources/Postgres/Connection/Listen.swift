@@ -28,8 +28,17 @@ public struct PostgresNotificationSequence: AsyncSequence, Sendable {
 extension PostgresConnection {
     /// `LISTEN channel`, and the notifications of that channel from now on. One sequence per
     /// connection; a dedicated connection is best (not a pooled one: a pool's reset UNLISTENs).
+    ///
+    /// Behind a connection pooler (``isBehindPooler``) it throws `.misuse`: under transaction
+    /// pooling the `LISTEN` stays on a server session that other clients then use, and the
+    /// notifications never reach this one.
     public func listen(_ channel: String) async throws -> PostgresNotificationSequence {
         try await checkOwnership()
+        if isBehindPooler {
+            throw PostgresError(
+                kind: .misuse,
+                message: "LISTEN \(channel) through a connection pooler: under transaction pooling the notifications go to whichever client holds the server session, never reliably to this one. Listen on a connection to PostgreSQL itself (a URL without the pooler); behind a pooler in session mode, set PostgresConfiguration.pooler = .none")
+        }
         let (stream, continuation) = AsyncThrowingStream<PostgresNotification, any Error>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
         let core = self.core
         core.notificationHandler = { notification in
@@ -94,6 +103,10 @@ public struct PostgresListener: Sendable {
         case overflowed
         /// A notification of the channel.
         case notification(PostgresNotification)
+        /// Listening cannot work with this configuration (through a connection pooler): the
+        /// error says why and what to do. The sequence ends after it; it also went to the
+        /// configuration's logger at `error`.
+        case failed(reason: String)
     }
 
     public let configuration: PostgresConfiguration
@@ -126,6 +139,12 @@ public struct PostgresListener: Sendable {
                         continuation.yield(listenedBefore ? .reconnected : .listening)
                         listenedBefore = true
                         try await listener.forward(notifications, from: connection, to: continuation)
+                    } catch let error as PostgresError where error.kind == .misuse && !listenedBefore {
+                        // Listening here can never work (a pooler is in between): say so and end.
+                        await connection.close()
+                        listener.configuration.logger.error("cannot listen", metadata: ["channel": "\(listener.channel)", "reason": "\(error.message)"])
+                        continuation.yield(.failed(reason: error.message))
+                        break
                     } catch {}
                     await connection.close()
                 } catch {}

@@ -70,6 +70,42 @@ public struct PostgresConfiguration: Sendable {
     /// How many prepared statements each connection keeps (0 disables the cache, for
     /// PgBouncer in transaction mode).
     public var statementCacheCapacity: Int = 256
+    /// What sits between this client and PostgreSQL. The default, ``Pooler/detect``, finds a
+    /// pooler when the connection opens; see ``Pooler``.
+    ///
+    /// ```swift
+    /// var config = PostgresConfiguration("postgresql://app@pgbouncer:6432/babybasics")
+    /// config.pooler = .transaction
+    /// ```
+    public var pooler: Pooler = .detect
+
+    /// A connection pooler between the client and the server, and what the connection does
+    /// about it.
+    ///
+    /// Behind a transaction pooler (PgBouncer's `pool_mode = transaction`) each transaction may
+    /// run on another server session, so the connection keeps nothing in the session: every
+    /// statement is one unnamed Parse/Bind/Describe/Execute/Sync exchange (no statement
+    /// cache), nothing is `SET` for the session, and `listen` refuses (notifications would go
+    /// to whichever client holds the server session next, or nowhere).
+    ///
+    /// ```swift
+    /// config.pooler = .none   // a direct connection, or a pooler in session mode: keep the cache
+    /// ```
+    public enum Pooler: Sendable, Hashable {
+        /// Find out when the connection opens: a pooler answers with a backend process id
+        /// of its own (the cancel key it hands out), which differs from the server's
+        /// `pg_backend_pid()`. Found, the connection behaves as for ``transaction`` (the safe
+        /// choice; a pooler in session mode should say ``none``). Costs one round trip at
+        /// connect.
+        case detect
+        /// A direct connection, or a pooler in session mode: the session is the client's own.
+        case none
+        /// A transaction pooler: nothing may rely on the session. ``PostgresConfiguration/serverSettings``
+        /// must be empty (PgBouncer refuses startup options); set them on the role instead
+        /// (`ALTER ROLE app SET …`).
+        case transaction
+    }
+
     /// Server settings sent in the connection's startup packet (libpq's `options`, as
     /// `-c name=value`), so they hold from the first moment of the session and `RESET ALL`
     /// returns to them. They come after any `options` the connection string or `PGOPTIONS`
@@ -257,6 +293,11 @@ public struct PostgresConfiguration: Sendable {
 
     /// Validates the string with libpq (no network), so a typo fails before connecting.
     func validate() throws(PostgresError) {
+        if pooler == .transaction && !serverSettings.isEmpty {
+            throw PostgresError(
+                kind: .invalidConfiguration,
+                message: "serverSettings (\(serverSettings.keys.sorted().joined(separator: ", "))) cannot be sent through a transaction pooler: PgBouncer refuses startup options, and a SET would reach another client's session. Set them on the role instead (ALTER ROLE app SET name = value), or leave serverSettings empty")
+        }
         guard let connectionString, !connectionString.isEmpty else { return }
         let looksLikeURL = connectionString.hasPrefix("postgres://") || connectionString.hasPrefix("postgresql://")
         guard looksLikeURL || connectionString.contains("=") else {

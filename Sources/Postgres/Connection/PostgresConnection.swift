@@ -131,8 +131,18 @@ public actor PostgresConnection {
             try await withCheckedThrowingContinuation { continuation in
                 core.connect(keywords: keywords, values: values, deadline: deadline, description: target, continuation: continuation)
             }
-            // Pin what text results depend on, whatever the server's configuration says.
-            _ = try await perform(.simple(SessionSettings.pinSQL), text: SessionSettings.pinSQL, timeout: .seconds(configuration.effectiveConnectTimeout))
+            let timeout = Duration.seconds(configuration.effectiveConnectTimeout)
+            switch configuration.pooler {
+            case .none: isBehindPooler = false
+            case .transaction: isBehindPooler = true
+            case .detect: isBehindPooler = try await answersForAnotherProcess(timeout: timeout)
+            }
+            if isBehindPooler {
+                try await checkSettingsBehindPooler(timeout: timeout)
+            } else {
+                // Pin what text results depend on, whatever the server's configuration says.
+                _ = try await perform(.simple(SessionSettings.pinSQL), text: SessionSettings.pinSQL, timeout: timeout)
+            }
         } catch {
             core.close()
             observer.connectFailed(target: target, error: error)
@@ -162,6 +172,15 @@ public actor PostgresConnection {
     /// let strings = await connection.parameterStatus("standard_conforming_strings")   // "on"
     /// ```
     public func parameterStatus(_ name: String) -> String? { core.parameterStatus(name) }
+
+    /// Whether a connection pooler sits between this client and the server (told by
+    /// ``PostgresConfiguration/pooler``, or found when the connection opened). Behind one the
+    /// connection keeps nothing in the session: no prepared statements, no `SET`, no `LISTEN`.
+    ///
+    /// ```swift
+    /// if await connection.isBehindPooler { print("through PgBouncer") }
+    /// ```
+    public internal(set) var isBehindPooler = false
 
     /// Whether a transaction is open on the server (including an aborted one).
     public var isInTransaction: Bool {
@@ -229,6 +248,46 @@ public actor PostgresConnection {
 
     /// Whether the caller runs on this connection's I/O thread (for tests).
     func onLoopThread() -> Bool { loop.inLoop }
+}
+
+extension PostgresConnection {
+    /// Whether the process id the server reports differs from the one the connection was given
+    /// at startup: a pooler hands out cancel keys of its own. The simple protocol, so nothing
+    /// is prepared on a server session that may be shared.
+    func answersForAnotherProcess(timeout: Duration) async throws -> Bool {
+        let results = try await perform(.simple("SELECT pg_backend_pid()"), text: "SELECT pg_backend_pid()", timeout: timeout)
+        guard let result = results.first, result.rowCount == 1, result.columns.count == 1,
+              let bytes = result.cell(row: 0, column: 0).bytes,
+              let pid = Int32(String(decoding: bytes, as: UTF8.self)) else {
+            throw PostgresError(kind: .protocolViolation, message: "SELECT pg_backend_pid() did not answer with one process id: is this a PostgreSQL server?")
+        }
+        return pid != core.backendPID
+    }
+
+    /// Behind a pooler nothing can be `SET` for the session (it would reach other clients'
+    /// sessions, or be lost), so the settings text results depend on must already be right on
+    /// the server. `DateStyle` is the exception: PgBouncer keeps it per client, like
+    /// `client_encoding`.
+    func checkSettingsBehindPooler(timeout: Duration) async throws {
+        let sql = "SELECT current_setting('DateStyle'), current_setting('IntervalStyle'), current_setting('bytea_output'), current_setting('extra_float_digits')"
+        let results = try await perform(.simple(sql), text: sql, timeout: timeout)
+        guard let result = results.first, result.rowCount == 1, result.columns.count == 4 else {
+            throw PostgresError(kind: .protocolViolation, message: "the server did not report its output settings")
+        }
+        let values = (0..<4).map { column in result.cell(row: 0, column: column).bytes.map { String(decoding: $0, as: UTF8.self) } ?? "" }
+        var wrong: [String] = []
+        if values[1] != "postgres" { wrong.append("IntervalStyle = \(values[1]) (needs postgres)") }
+        if values[2] != "hex" { wrong.append("bytea_output = \(values[2]) (needs hex)") }
+        if (Int(values[3]) ?? 0) < 1 { wrong.append("extra_float_digits = \(values[3]) (needs 1 or more)") }
+        guard wrong.isEmpty else {
+            throw PostgresError(
+                kind: .invalidConfiguration,
+                message: "behind a connection pooler this client cannot pin the output settings it reads text results with, and the server has \(wrong.joined(separator: ", ")). Set them for the role (ALTER ROLE app SET IntervalStyle = postgres; …), or connect to PostgreSQL directly")
+        }
+        if !values[0].hasPrefix("ISO") {
+            _ = try await perform(.simple("SET DateStyle TO ISO"), text: "SET DateStyle TO ISO", timeout: timeout)
+        }
+    }
 }
 
 /// Settings text results depend on, set at connect and after every reset, so decoding never

@@ -25,7 +25,7 @@ extension PostgresConnection {
     func preparedStatement(for rendered: RenderedSQL, keepingFrom floor: Int = 0, timeout: Duration? = nil) async throws -> PreparedStatement {
         useCounter += 1
         let capacity = configuration.statementCacheCapacity
-        guard capacity > 0 else {
+        guard capacity > 0, !isBehindPooler else {
             return PreparedStatement(name: "", resultFormat: .text, lastUse: useCounter, touchesSession: SessionSettings.mayChangeSession(rendered.text))
         }
         let key = rendered.cacheKey

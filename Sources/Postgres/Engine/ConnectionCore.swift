@@ -185,8 +185,13 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     }
 
     private func connectError() -> PostgresError {
-        var error = PostgresError(kind: .connectionFailure, message: "could not connect to PostgreSQL: \(lastErrorMessage())")
+        let message = lastErrorMessage()
+        var error = PostgresError(kind: .connectionFailure, message: "could not connect to PostgreSQL: \(message)")
         error.hint = "check the host, port, user and password (URL, conninfo or PG* variables), and that the server is running"
+        if message.contains("unsupported startup parameter") {
+            // PgBouncer refuses libpq's `options`, which carries PostgresConfiguration.serverSettings.
+            error.hint = "a connection pooler (PgBouncer) refused the startup options that serverSettings sends: set PostgresConfiguration.pooler = .transaction and leave serverSettings empty (set them on the role with ALTER ROLE … SET), or connect to PostgreSQL directly"
+        }
         return error
     }
 

@@ -102,7 +102,8 @@ public struct PoolOptions: Sendable {
 /// await pool.close()
 /// ```
 public final class PostgresPool: Sendable {
-    let configuration: PostgresConfiguration
+    /// How each of the pool's connections connects.
+    public let configuration: PostgresConfiguration
     /// The pool's limits.
     public let options: PoolOptions
     private let state = Mutex(State())
@@ -751,7 +752,9 @@ extension PostgresConnection {
         do {
             if isInTransaction { try await runControl("ROLLBACK", ignoringCancellation: true) }
             let dirty = core.mirror.sessionDirty.load(ordering: .acquiring)
-            switch reset {
+            // Behind a pooler the session is not ours: a reset would reach whichever server
+            // session the pooler picks, and nothing was kept in ours.
+            switch isBehindPooler ? .never : reset {
             case .always:
                 // Alone: in a multi-statement string it would run in an implicit transaction
                 // block, where DISCARD ALL is refused.
