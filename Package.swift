@@ -47,7 +47,7 @@ let package = Package(
             "Postgres", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
         ]),
         // Typed repositories for backend services.
-        .target(name: "BabyBasicsStore", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "BabyBasicsStore", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log"), .product(name: "Metrics", package: "swift-metrics")]),
         // The thin command-line front end.
         .executableTarget(
             name: "bbmigrate",

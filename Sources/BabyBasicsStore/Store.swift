@@ -12,15 +12,48 @@ import Postgres
 /// let children = try await store.children.list(as: userID)
 /// ```
 public struct Store: Sendable {
+    /// The primary's pool: every write, and every read no replica may answer.
     public let pool: PostgresPool
+    /// The replica's pool, when reads may go to one.
+    public let replica: PostgresPool?
+    /// Where ``childChanges()`` listens (`LISTEN` needs a session of its own on PostgreSQL
+    /// itself, never through a transaction pooler).
+    public let listenConfiguration: PostgresConfiguration
+    let routing: Routing
 
     /// A store over an existing pool. Give that pool a configuration passed through
     /// ``Store/configured(_:)`` (``init(configuration:options:)`` does it for you).
     ///
+    /// - `replica`: a pool on a streaming replica of the primary. The calls that only read
+    ///   (timeline, range, dashboard, quick stats, export, the sync feed, lists) go to it when
+    ///   it is healthy and has replayed the acting user's last write (read-your-writes: a
+    ///   caregiver's dashboard right after they log shows what they logged); otherwise they go
+    ///   to the primary. See ``ReplicaOptions``.
+    /// - `listenConfiguration`: where ``childChanges()`` connects; the pool's configuration
+    ///   unless given. Behind PgBouncer in transaction mode, give a URL of PostgreSQL itself.
+    ///
     /// ```swift
     /// let store = Store(pool: PostgresPool(configuration: Store.configured(configuration)))
+    /// let scaled = Store(pool: primaryPool, replica: replicaPool)
     /// ```
-    public init(pool: PostgresPool) { self.pool = pool }
+    public init(pool: PostgresPool, replica: PostgresPool? = nil, replicaOptions: ReplicaOptions = ReplicaOptions(),
+                listenConfiguration: PostgresConfiguration? = nil) {
+        self.pool = pool
+        self.replica = replica
+        self.listenConfiguration = listenConfiguration ?? pool.configuration
+        routing = Routing(primary: pool, router: replica.map { ReplicaRouter(primary: pool, replica: $0, options: replicaOptions) })
+    }
+
+    /// The replica's state as last checked (nil without a replica). `refresh` checks it now.
+    ///
+    /// ```swift
+    /// if let status = await store.replicaStatus(refresh: true), !status.usable { print(status.reason ?? "") }
+    /// ```
+    public func replicaStatus(refresh: Bool = false) async -> ReplicaStatus? {
+        guard let router = routing.router else { return nil }
+        if refresh { await router.checkHealth() }
+        return router.status
+    }
 
     /// A store with a pool of its own, configured with ``serverSettings``.
     ///
@@ -52,17 +85,22 @@ public struct Store: Sendable {
     /// ```swift
     /// let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(databaseURL)))
     /// ```
+    ///
+    /// Behind a transaction pooler (`configuration.pooler == .transaction`) nothing is added:
+    /// the pooler refuses startup options, and with no named statements there is no plan cache
+    /// for the setting to steer.
     public static func configured(_ configuration: PostgresConfiguration) -> PostgresConfiguration {
+        guard configuration.pooler != .transaction else { return configuration }
         var configured = configuration
         configured.serverSettings.merge(serverSettings) { _, store in store }
         return configured
     }
 
-    public var users: UserRepository { UserRepository(pool: pool) }
-    public var children: ChildRepository { ChildRepository(pool: pool) }
-    public var caregivers: CaregiverRepository { CaregiverRepository(pool: pool) }
-    public var invites: InviteRepository { InviteRepository(pool: pool) }
-    public var events: EventRepository { EventRepository(pool: pool) }
+    public var users: UserRepository { UserRepository(routing: routing) }
+    public var children: ChildRepository { ChildRepository(routing: routing) }
+    public var caregivers: CaregiverRepository { CaregiverRepository(routing: routing) }
+    public var invites: InviteRepository { InviteRepository(routing: routing) }
+    public var events: EventRepository { EventRepository(routing: routing) }
 
     /// Refuses to run against a database older than `SchemaVersion.required`.
     public func checkSchema() async throws {

@@ -219,9 +219,56 @@ public struct EmbeddedPostgres: Sendable {
         return try await connection.fetchValue(Bool.self, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = \(name))") ?? false
     }
 
+    // MARK: Standby
+
+    /// Creates (first time) and starts a streaming standby of this cluster, which must be
+    /// running, in `directory`: `pg_basebackup -R` copies the cluster and writes the
+    /// replication settings, and the standby runs read-only with its own port and socket, the
+    /// same superuser and password, replaying this cluster's WAL as it comes. For tests of
+    /// replicas (a backend's own included): pause replay with `SELECT pg_wal_replay_pause()`
+    /// on the standby, resume with `pg_wal_replay_resume()`.
+    ///
+    /// ```swift
+    /// let standby = try primary.startStandby(at: URL(fileURLWithPath: "/tmp/bb-standby"))
+    /// let replicaURL = try standby.connectionString(database: "babybasics")
+    /// ```
+    @discardableResult
+    public func startStandby(at directory: URL, options: Options? = nil) throws -> EmbeddedPostgres {
+        let standby = EmbeddedPostgres(directory: directory, options: options ?? self.options)
+        if try standby.status() == .notInitialized {
+            let port = try port()
+            let binaries = try ServerBinaries.locate()
+            try standby.prepareDirectory()
+            try Data((try superuserPassword() + "\n").utf8).write(to: standby.passwordFile, options: .atomic)
+            try ProcessRunner.handOver(standby.passwordFile.path)
+            chmod(standby.passwordFile.path, 0o600)
+            // The primary's passfile (its folder is the server account's, like the standby's).
+            let quote = { (value: String) in "'" + value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "\\'") + "'" }
+            let source = "host=\(quote(self.directory.path)) port=\(port) user=\(Self.superuser) passfile=\(quote(passFile.path))"
+            let outcome = try ProcessRunner.run(binaries.directory + "/pg_basebackup", [
+                "-D", standby.dataDirectory.path, "-R", "-X", "stream", "-c", "fast", "--no-sync", "-d", source,
+            ])
+            guard outcome.status == 0 else {
+                try? FileManager.default.removeItem(at: standby.dataDirectory)
+                throw EmbeddedPostgresError(
+                    "pg_basebackup could not copy \(self.directory.path) to \(standby.dataDirectory.path)",
+                    fix: "the primary must be running and allow replication connections (restart it once so its pg_hba.conf, rewritten on start, takes effect)",
+                    output: outcome.output)
+            }
+            // The copied configuration names the primary's socket folder: the standby has its own.
+            let configuration = "\n# Written by EmbeddedPostgres.startStandby\nunix_socket_directories = '\(standby.directory.path.replacingOccurrences(of: "'", with: "''"))'\nhot_standby = on\n"
+            let handle = try FileHandle(forWritingTo: standby.dataDirectory.appendingPathComponent("postgresql.conf"))
+            defer { try? handle.close() }
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data(configuration.utf8))
+        }
+        try standby.start()
+        return standby
+    }
+
     // MARK: Internals
 
-    private func prepareDirectory() throws {
+    func prepareDirectory() throws {
         // The socket path (folder + "/.s.PGSQL.NNNNN") must fit in sockaddr_un (107 bytes).
         guard Self.socketFolderFits(directory.path) else {
             throw EmbeddedPostgresError(
@@ -292,9 +339,11 @@ public struct EmbeddedPostgres: Sendable {
         let hba = """
             # Written by EmbeddedPostgres: a password (SCRAM) for every connection; rewritten
             # on every start. The Unix socket's folder is private to the server's account.
-            local   all   all                  scram-sha-256
-            host    all   all   127.0.0.1/32   scram-sha-256
-            host    all   all   ::1/128        scram-sha-256
+            local   all           all                  scram-sha-256
+            host    all           all   127.0.0.1/32   scram-sha-256
+            host    all           all   ::1/128        scram-sha-256
+            local   replication   all                  scram-sha-256
+            host    replication   all   127.0.0.1/32   scram-sha-256
 
             """
         let hbaFile = dataDirectory.appendingPathComponent("pg_hba.conf")
@@ -314,7 +363,11 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     /// A TCP port that is free right now on 127.0.0.1.
-    static func freePort() throws -> Int {
+    ///
+    /// ```swift
+    /// let nobodyListens = try EmbeddedPostgres.freePort()
+    /// ```
+    public static func freePort() throws -> Int {
         let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socketFD >= 0 else { throw EmbeddedPostgresError("could not open a socket to find a free port") }
         defer { close(socketFD) }

@@ -57,7 +57,7 @@ public actor TestPostgres {
     }
 
     /// A detached shell that waits for this process to end, then stops the cluster and removes it.
-    private static func startWatchdog(for cluster: EmbeddedPostgres) throws {
+    static func startWatchdog(for cluster: EmbeddedPostgres) throws {
         let binaries = try ServerBinaries.locate()
         let quote = { (text: String) in "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         var stop = "\(quote(binaries.pgCtl)) stop -D \(quote(cluster.dataDirectory.path)) -m immediate -w"

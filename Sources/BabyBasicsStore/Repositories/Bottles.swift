@@ -53,7 +53,7 @@ extension EventRepository {
     /// The child's open bottles (prepared or being fed, not finished, not deleted), oldest
     /// first, each with its state and expiry from the child's settings.
     public func activeBottles(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> [BottleStatus] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH child AS (
                     SELECT c.id, c.timezone, c.day_start_time, c.settings FROM children c

@@ -8,11 +8,12 @@ import Postgres
 /// try await store.caregivers.remove(nannyID, from: childID, as: primaryID)
 /// ```
 public struct CaregiverRepository: Sendable {
-    let pool: PostgresPool
+    let routing: Routing
+    var pool: PostgresPool { routing.primary }
 
     /// The child's caregivers with display names and join dates, primary first.
     public func list(of childID: UUID, as actingUser: UUID) async throws -> [Caregiver] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let caregivers = try await pool.query("""
                 SELECT cg.user_id, u.display_name, cg.role, cg.joined_at
                 FROM caregivers cg JOIN users u ON u.id = cg.user_id
@@ -28,7 +29,7 @@ public struct CaregiverRepository: Sendable {
 
     /// Removes a caregiver. Primary only, and never the primary.
     public func remove(_ userID: UUID, from childID: UUID, as actingUser: UUID) async throws {
-        try await mappingErrors(pool.logger) {
+        try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH me AS (
                     \(Authorization.membership(of: childID, for: actingUser))
@@ -54,7 +55,7 @@ public struct CaregiverRepository: Sendable {
     /// The acting user stops being a caregiver of the child. The primary must transfer the
     /// role (or delete the child) first.
     public func leave(_ childID: UUID, as actingUser: UUID) async throws {
-        try await mappingErrors(pool.logger) {
+        try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH me AS (
                     \(Authorization.membership(of: childID, for: actingUser))

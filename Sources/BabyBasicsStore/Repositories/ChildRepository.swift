@@ -9,7 +9,8 @@ import Postgres
 /// try await store.children.transferPrimary(of: child.id, to: partnerID, as: parentID)
 /// ```
 public struct ChildRepository: Sendable {
-    let pool: PostgresPool
+    let routing: Routing
+    var pool: PostgresPool { routing.primary }
 
     /// Creates a child and makes the acting user its primary caregiver, in one transaction.
     public func create(_ draft: ChildDraft, as actingUser: UUID) async throws -> Child {
@@ -18,7 +19,7 @@ public struct ChildRepository: Sendable {
         try Validate.birthDate(draft.birthDate, timezone: draft.settings.timezone)
         let id = UUID()
         let settings = draft.settings
-        return try await mappingErrors(pool.logger) {
+        return try await routing.writing(as: actingUser) {
             try await pool.transaction { connection in
                 try await connection.execute("""
                     INSERT INTO children (id, name, birth_date, primary_caregiver_id, timezone, day_start_time, settings)
@@ -42,7 +43,7 @@ public struct ChildRepository: Sendable {
 
     /// The acting user's children, with their role on each, oldest first.
     public func list(as actingUser: UUID) async throws -> [Child] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             try await pool.query("""
                 SELECT \(Child.columns) FROM caregivers me
                 JOIN children c ON c.id = me.child_id
@@ -54,7 +55,7 @@ public struct ChildRepository: Sendable {
 
     /// One child, if the acting user is a caregiver of it; `notFound` otherwise.
     public func get(_ id: UUID, as actingUser: UUID) async throws -> Child {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             try one(try await pool.query(Self.select(id, as: actingUser)), as: Child.Row.self).child
         }
     }
@@ -67,7 +68,7 @@ public struct ChildRepository: Sendable {
             try Validate.birthDate(birthDate, timezone: changes.settings?.timezone ?? "Pacific/Kiritimati")
         }
         let settings = changes.settings
-        return try await mappingErrors(pool.logger) {
+        return try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 UPDATE children AS c SET
                     name = coalesce(\(name), c.name),
@@ -86,7 +87,7 @@ public struct ChildRepository: Sendable {
     /// Deletes a child with its events, caregivers and invites (one statement, so one
     /// transaction). Primary only.
     public func delete(_ id: UUID, as actingUser: UUID) async throws {
-        try await mappingErrors(pool.logger) {
+        try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH me AS (
                     \(Authorization.membership(of: id, for: actingUser))
@@ -102,7 +103,7 @@ public struct ChildRepository: Sendable {
 
     /// Makes `newPrimary` (already a caregiver) the primary caregiver. Primary only.
     public func transferPrimary(of id: UUID, to newPrimary: UUID, as actingUser: UUID) async throws {
-        try await mappingErrors(pool.logger) {
+        try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH me AS (
                     \(Authorization.membership(of: id, for: actingUser))

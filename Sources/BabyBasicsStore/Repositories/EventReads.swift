@@ -26,7 +26,7 @@ extension EventRepository {
 
     /// The child's day `day` (by its `day_start_time` and time zone), newest first.
     public func timeline(for childID: UUID, day: PostgresDate, now: Date = Date(), as actingUser: UUID) async throws -> Timeline {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH span AS (
                     SELECT ((\(day)::date + c.day_start_time) AT TIME ZONE c.timezone) AS day_from,
@@ -43,7 +43,7 @@ extension EventRepository {
     /// Events overlapping `[from, to)`, such as the PRD's 6-hours-back / 3-hours-ahead window.
     public func range(for childID: UUID, from: Date, to: Date, now: Date = Date(), as actingUser: UUID) async throws -> Timeline {
         guard from < to else { throw StoreError.invalid(field: "to", reason: "must be after from") }
-        return try await mappingErrors(pool.logger) {
+        return try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH span AS (
                     SELECT \(from)::timestamptz AS day_from, \(to)::timestamptz AS day_to
@@ -67,7 +67,7 @@ extension EventRepository {
 
     /// Everything the dashboard shows, in one statement and one round trip.
     public func dashboard(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> Dashboard {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query(Dashboard.query(child: childID, now: now, actingUser: actingUser))
             guard let row = rows.first else { throw StoreError.notFound }
             return try row.decode(as: Dashboard.Row.self).dashboard(now: now)

@@ -13,7 +13,8 @@ import Postgres
 /// print(ended.summary)   // "Ended sleep (1h 20m)"
 /// ```
 public struct EventRepository: Sendable {
-    let pool: PostgresPool
+    let routing: Routing
+    var pool: PostgresPool { routing.primary }
 
     // MARK: Logging
 
@@ -52,7 +53,7 @@ public struct EventRepository: Sendable {
         // A concurrent insert of the same id can commit after this statement's snapshot: the
         // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
         for _ in 0..<3 {
-            let rows = try await eventErrors(child: "\(draft.childID)") { try await pool.query(sql) }
+            let rows = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(sql) }
             guard let row = rows.first else { throw StoreError.notFound }
             guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
@@ -67,9 +68,14 @@ public struct EventRepository: Sendable {
     /// `sleepAlreadyActive` / `feedingAlreadyActive` carrying the one that exists.
     /// `child` is the child whose index refused the write, as SQL (an id, or
     /// `childOf(eventID)`): the winner is always looked up in that child, never elsewhere.
-    func eventErrors<T>(child: SQL, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+    ///
+    /// Every event write goes through here: on success, `actingUser`'s reads must see it
+    /// (read-your-writes on a replica).
+    func eventErrors<T>(child: SQL, by actingUser: UUID, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
-            return try await retryingSafeErrors(pool.logger, body)
+            let result = try await retryingSafeErrors(pool.logger, body)
+            if let router = routing.router { await router.noteWrite(by: actingUser) }
+            return result
         } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
             let sleep = error.constraint == "events_one_active_sleep"
             // The refusal was the index's; this read only fetches the winner for the message.
@@ -116,7 +122,7 @@ public struct EventRepository: Sendable {
     /// at the version the caller saw (one read, only when the caller gave a revision).
     func conflictIfChanged(_ eventID: UUID, expected: Int?, as actingUser: UUID) async throws {
         guard expected != nil else { return }
-        try Self.ensure(try await get(eventID, as: actingUser), isAt: expected)
+        try Self.ensure(try await stored(eventID, as: actingUser), isAt: expected)
     }
 
     /// A child's running sleep (`e`), as a SQL condition: `events_one_active_sleep`'s rule.
@@ -158,7 +164,7 @@ public struct EventRepository: Sendable {
     public func endSleep(for childID: UUID, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> EndedSleep {
         try Validate.timestamp(end, field: "end")
         let rows = try await timerEnding(Self.runningSleep(of: childID)) {
-          try await eventErrors(child: "\(childID)") {
+          try await eventErrors(child: "\(childID)", by: actingUser) {
             try await pool.query("""
                 WITH me AS (\(Authorization.membership(of: childID, for: actingUser))),
                 ended AS (
@@ -268,7 +274,7 @@ public struct EventRepository: Sendable {
     /// `conflict(current:)` with the version in the database (PRD §7.4), so the caller can
     /// show both. Times can be adjusted; the type cannot change.
     public func update(_ eventID: UUID, with changes: EventChanges, expectedRevision: Int, as actingUser: UUID) async throws -> Event {
-        let current = try await get(eventID, as: actingUser)
+        let current = try await stored(eventID, as: actingUser)
         let payload = changes.payload ?? current.payload
         guard payload.type == current.type else {
             throw StoreError.invalid(field: "payload", reason: "cannot change a \(current.type.rawValue) into a \(payload.type.rawValue); delete it and log a new one")
@@ -284,21 +290,28 @@ public struct EventRepository: Sendable {
             """, when: "e.revision = \(expectedRevision) AND e.deleted_at IS NULL AND e.event_type = \(payload.type)")
         if let applied { return applied }
         // Not applied: read the latest version (after any concurrent commit) for the caller.
-        let latest = try await get(eventID, as: actingUser)
+        let latest = try await stored(eventID, as: actingUser)
         if latest.isDeleted { throw StoreError.stateConflict(reason: "the event was deleted; restore it first") }
         throw StoreError.conflict(current: latest)
     }
 
     /// One event (deleted ones included) of a child the acting user cares for.
     public func get(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
-        try await mappingErrors(pool.logger) {
-            let rows = try await pool.query("""
-                SELECT \(Event.columns) FROM events e
-                WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
-                """)
-            guard let row = rows.first else { throw StoreError.notFound }
-            return try Event.Row(row).event()
-        }
+        try await routing.reading(as: actingUser) { pool in try await Self.fetch(eventID, as: actingUser, on: pool) }
+    }
+
+    /// The event as the primary has it (inside a write's steps).
+    func stored(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
+        try await mappingErrors(pool.logger) { try await Self.fetch(eventID, as: actingUser, on: pool) }
+    }
+
+    static func fetch(_ eventID: UUID, as actingUser: UUID, on pool: PostgresPool) async throws -> Event {
+        let rows = try await pool.query("""
+            SELECT \(Event.columns) FROM events e
+            WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+            """)
+        guard let row = rows.first else { throw StoreError.notFound }
+        return try Event.Row(row).event()
     }
 
     /// Soft-deletes an event (recoverable for 30 days). Deleting a deleted event is a no-op.
@@ -310,7 +323,7 @@ public struct EventRepository: Sendable {
             set: "deleted_at = now(), deleted_by = \(actingUser)", when: "e.deleted_at IS NULL \(Self.revision(expectedRevision))") {
             return deleted
         }
-        let current = try await get(eventID, as: actingUser)
+        let current = try await stored(eventID, as: actingUser)
         if current.isDeleted { return current }
         try Self.ensure(current, isAt: expectedRevision)
         return current
@@ -324,7 +337,7 @@ public struct EventRepository: Sendable {
             set: "deleted_at = NULL, deleted_by = NULL", when: "e.deleted_at > now() - interval '30 days' \(Self.revision(expectedRevision))") {
             return restored
         }
-        let current = try await get(eventID, as: actingUser)
+        let current = try await stored(eventID, as: actingUser)
         try Self.ensure(current, isAt: expectedRevision)
         guard current.isDeleted else { return current }
         throw StoreError.stateConflict(reason: "the event was deleted more than 30 days ago and can no longer be restored")
@@ -333,7 +346,7 @@ public struct EventRepository: Sendable {
     /// One UPDATE of an event the acting user may see, when `condition` holds: the changed
     /// event, `nil` when the condition did not hold, `notFound` for anyone else's event.
     private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
-        let rows = try await eventErrors(child: Self.childOf(eventID)) {
+        let rows = try await eventErrors(child: Self.childOf(eventID), by: actingUser) {
             try await pool.query("""
                 WITH target AS (
                     SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
@@ -357,7 +370,7 @@ public struct EventRepository: Sendable {
     /// Other events of the same child and type starting within 5 minutes of this one, not
     /// deleted (PRD §7.4 "possible duplicate"), closest first.
     public func possibleDuplicates(of eventID: UUID, as actingUser: UUID) async throws -> [Event] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH target AS (
                     SELECT t.id, t.child_id, t.event_type, t.start_time FROM events t

@@ -49,7 +49,7 @@ extension EventRepository {
               AND \(Authorization.isCaregiver(of: "x.child_id", for: actingUser))
             ORDER BY x.start_time, x.event_id
             """
-        try await stream(query, cursor: "bb_export_csv", ifMember: (childID, actingUser), start: { try await write(Self.csvHeader + "\r\n") }) { rows in
+        try await stream(query, cursor: "bb_export_csv", as: actingUser, ifMember: (childID, actingUser), start: { try await write(Self.csvHeader + "\r\n") }) { rows in
             var chunk = ""
             for row in rows {
                 chunk += try CSV.line(row) + "\r\n"
@@ -63,11 +63,11 @@ extension EventRepository {
     /// amounts in mL and who logged it.
     public func exportJSON(as actingUser: UUID, write: @escaping @Sendable (String) async throws -> Void) async throws {
         let encoder = ExportCoding.encoder
-        let user = try await UserRepository(pool: pool).get(actingUser, as: actingUser)
-        let children = try await ChildRepository(pool: pool).list(as: actingUser)
+        let user = try await UserRepository(routing: routing).get(actingUser, as: actingUser)
+        let children = try await ChildRepository(routing: routing).list(as: actingUser)
         try await write(#"{"format":"babybasics-export-1","user":"# + String(decoding: try encoder.encode(user), as: UTF8.self) + #","children":["#)
         for (index, child) in children.enumerated() {
-            let caregivers = try await CaregiverRepository(pool: pool).list(of: child.id, as: actingUser)
+            let caregivers = try await CaregiverRepository(routing: routing).list(of: child.id, as: actingUser)
             var head = index == 0 ? "" : ","
             head += #"{"child":"# + String(decoding: try encoder.encode(child), as: UTF8.self)
             head += #","caregivers":"# + String(decoding: try encoder.encode(caregivers), as: UTF8.self) + #","events":["#
@@ -77,7 +77,7 @@ extension EventRepository {
                 SELECT \(Event.columns) FROM events e
                 WHERE e.child_id = \(child.id) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
                 ORDER BY e.start_time, e.id
-                """, cursor: "bb_export_json") { rows in
+                """, cursor: "bb_export_json", as: actingUser) { rows in
                 var chunk = ""
                 let start = rows.isEmpty ? 0 : try Event.Row.start(in: rows.columns)
                 for row in rows {
@@ -97,12 +97,12 @@ extension EventRepository {
     /// With `ifMember`, the caregiver check runs first in the same transaction (so on the same
     /// snapshot as the rows): a non-member gets `notFound`, and `start` runs only for a member.
     func stream(
-        _ query: SQL, cursor name: String, ifMember member: (child: UUID, user: UUID)? = nil,
+        _ query: SQL, cursor name: String, as actingUser: UUID, ifMember member: (child: UUID, user: UUID)? = nil,
         start: @escaping @Sendable () async throws -> Void = {},
         _ body: @escaping @Sendable (PostgresRows) async throws -> Void
     ) async throws {
         // Not retried: rows already handed to `body` cannot be taken back.
-        try await mappingErrors(pool.logger, retrying: false) {
+        try await routing.reading(as: actingUser, retrying: false) { pool in
             try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
                 if let member {
                     guard try await connection.query(Authorization.membership(of: member.child, for: member.user)).first != nil else {

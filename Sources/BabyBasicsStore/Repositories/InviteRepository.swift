@@ -11,7 +11,8 @@ import Postgres
 /// let childID = try await store.invites.redeem(invite.code, as: grandmaID)
 /// ```
 public struct InviteRepository: Sendable {
-    let pool: PostgresPool
+    let routing: Routing
+    var pool: PostgresPool { routing.primary }
 
     /// The code alphabet: upper-case letters and digits minus 0, O, 1, I and L.
     public static let alphabet = Array("ABCDEFGHJKMNPQRSTUVWXYZ23456789")
@@ -42,7 +43,7 @@ public struct InviteRepository: Sendable {
         }
         let expiresColumn: SQL = lifetime == nil ? "" : ", expires_at"
         let expiresValue: SQL = lifetime.map { ", now() + \($0)" } ?? ""
-        return try await mappingErrors(pool.logger) {
+        return try await routing.writing(as: actingUser) {
             for _ in 0..<5 {
                 let code = Self.makeCode()
                 do {
@@ -79,7 +80,7 @@ public struct InviteRepository: Sendable {
     @discardableResult
     public func redeem(_ code: String, as actingUser: UUID) async throws -> UUID {
         guard let normalized = Self.normalize(code) else { throw StoreError.inviteNotFound }
-        return try await mappingErrors(pool.logger) {
+        return try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH invite AS (
                     SELECT code, child_id, expires_at, redeemed_by, redeemed_at FROM invites WHERE code = \(normalized) FOR UPDATE
@@ -121,7 +122,7 @@ public struct InviteRepository: Sendable {
     /// Deletes an unused invite. Primary only. The code is read as `redeem` reads it.
     public func revoke(_ code: String, as actingUser: UUID) async throws {
         guard let code = Self.normalize(code) else { throw StoreError.notFound }
-        try await mappingErrors(pool.logger) {
+        try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH invite AS (
                     SELECT code, child_id, redeemed_at FROM invites WHERE code = \(code)
@@ -145,7 +146,7 @@ public struct InviteRepository: Sendable {
 
     /// Unused, unexpired invites of a child, newest first. Primary only (codes are secrets).
     public func pending(for childID: UUID, as actingUser: UUID) async throws -> [Invite] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH me AS (
                     \(Authorization.membership(of: childID, for: actingUser))

@@ -94,9 +94,10 @@ extension EventRepository {
         if let owner = cursor.user, owner != actingUser {
             throw StoreError.invalid(field: "cursor", reason: "belongs to another account; start again from SyncCursor.start")
         }
-        return try await mappingErrors(pool.logger) {
-            try await pool.transaction(TransactionOptions(isolation: .repeatableRead, readOnly: true)) { connection in
-                try await SyncPageBuilder(user: actingUser, only: childID, cursor: cursor, limit: limit).build(on: connection)
+        return try await routing.reading(as: actingUser) { pool in
+            let onReplica = routing.isReplica(pool)
+            return try await pool.transaction(TransactionOptions(isolation: .repeatableRead, readOnly: true)) { connection in
+                try await SyncPageBuilder(user: actingUser, only: childID, cursor: cursor, limit: limit, onReplica: onReplica).build(on: connection)
             }
         }
     }
@@ -109,6 +110,9 @@ struct SyncPageBuilder {
     let only: UUID?
     let cursor: SyncCursor
     let limit: Int
+    /// Read on a replica: a cursor beyond what it replayed is read on the primary instead
+    /// (`ReplicaBehindCursor`), not taken for a restore.
+    var onReplica = false
 
     /// A child the user sees: its position (`sync_child_position`, the highest stamp this
     /// snapshot sees), its record's stamp and its floor.
@@ -204,6 +208,7 @@ struct SyncPageBuilder {
             visible.insert(child.id)
             var position = cursor.positions[child.id] ?? 0
             var recordAhead = sameEpoch ? cursor.recordsAhead[child.id] ?? 0 : 0
+            if onReplica && sameEpoch && position > state.changeSeq { throw ReplicaBehindCursor() }
             if position > 0 && (!sameEpoch || position < state.syncFloor || position > state.changeSeq) {
                 notices.append(.resyncRequired(childID: child.id))
                 position = 0
@@ -330,7 +335,7 @@ extension Store {
     /// on a connection of its own that is replaced when lost. It carries only child ids: who
     /// may see what is decided by the feed, which the devices call next.
     public func childChanges() -> AsyncStream<ChildChange> {
-        let events = pool.listener(channel: "child_changed").events()
+        let events = PostgresListener(configuration: listenConfiguration, channel: "child_changed").events()
         return AsyncStream(bufferingPolicy: .bufferingOldest(10_000)) { continuation in
             let task = Task {
                 // A change dropped for want of room is reported as `.missedSome` once there is room.
@@ -348,6 +353,9 @@ extension Store {
                     case .reconnected, .overflowed: deliver(.missedSome)
                     case .notification(let notification):
                         if let child = UUID(uuidString: notification.payload) { deliver(.changed(childID: child)) }
+                    case .failed:
+                        // Listening cannot work here (through a pooler); the listener logged why.
+                        break
                     }
                 }
                 continuation.finish()

@@ -8,13 +8,14 @@ import Postgres
 /// try await store.users.rename(to: "Samantha", as: sam.id)
 /// ```
 public struct UserRepository: Sendable {
-    let pool: PostgresPool
+    let routing: Routing
+    var pool: PostgresPool { routing.primary }
 
     /// Signs up a user. `emailTaken` when another account has the email, ignoring case.
     public func create(email: String, displayName: String, passwordHash: String? = nil, appleUserID: String? = nil) async throws -> User {
         let email = try Validate.email(email)
         let name = try Validate.displayName(displayName)
-        return try await mappingErrors(pool.logger) {
+        let user = try await mappingErrors(pool.logger) {
             let rows = try await pool.query("""
                 INSERT INTO users AS u (email, display_name, password_hash, apple_user_id)
                 VALUES (\(email), \(name), \(passwordHash), \(appleUserID))
@@ -22,11 +23,14 @@ public struct UserRepository: Sendable {
                 """)
             return try one(rows, as: User.self)
         }
+        // Their first reads (the profile right after signing up) must find the account.
+        if let router = routing.router { await router.noteWrite(by: user.id) }
+        return user
     }
 
     /// The acting user, or a user who shares a child with them; `notFound` otherwise.
     public func get(_ id: UUID, as actingUser: UUID) async throws -> User {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE u.id = \(id)
@@ -40,7 +44,7 @@ public struct UserRepository: Sendable {
 
     /// Like `get(_:as:)`, by email (ignoring case).
     public func get(email: String, as actingUser: UUID) async throws -> User {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE lower(u.email) = lower(\(email))
@@ -66,7 +70,7 @@ public struct UserRepository: Sendable {
     @discardableResult
     public func rename(to displayName: String, as actingUser: UUID) async throws -> User {
         let name = try Validate.displayName(displayName)
-        return try await mappingErrors(pool.logger) {
+        return try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.ownColumns)
                 """)

@@ -151,7 +151,7 @@ extension EventRepository {
     /// The last 14 days of finished sleeps with the wake time before each (the previous
     /// sleep's end), oldest first: the input of `WakeWindow`.
     public func wakeWindowSamples(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> [WakeWindow.Sample] {
-        try await mappingErrors(pool.logger) {
+        try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 WITH child AS (
                     SELECT c.id FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
@@ -178,7 +178,7 @@ extension EventRepository {
     /// The next nap window, from the last wake (the last sleep's end); `nil` while the child
     /// sleeps or before any sleep is logged.
     public func predictNextSleep(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> WakeWindow.Prediction? {
-        let child = try await ChildRepository(pool: pool).get(childID, as: actingUser)
+        let child = try await ChildRepository(routing: routing).get(childID, as: actingUser)
         let dashboard = try await dashboard(for: childID, now: now, as: actingUser)
         guard dashboard.activeSleep == nil, let lastSleep = dashboard.lastSleep else { return nil }
         let samples = try await wakeWindowSamples(for: childID, now: now, as: actingUser)
@@ -194,7 +194,7 @@ extension EventRepository {
 
     /// The share of the last 14 days' naps that started inside their predicted window.
     public func predictionHitRate(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> (hits: Int, total: Int, rate: Double?) {
-        let child = try await ChildRepository(pool: pool).get(childID, as: actingUser)
+        let child = try await ChildRepository(routing: routing).get(childID, as: actingUser)
         let samples = try await wakeWindowSamples(for: childID, now: now, as: actingUser)
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: child.settings.timezone) ?? .gmt
