@@ -73,6 +73,8 @@ build-tests: deps
 # The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
 test: test-deps build-tests docs pg18 compose-check
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
+	@echo "== The store's suite again, through PgBouncer in transaction pooling mode (the system's PostgreSQL)"
+	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_STORE_THROUGH=pgbouncer BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest --filter BabyBasicsStoreTests
 	@bin=$$(scripts/pg18-bindir.sh) && \
 		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$bin"
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"

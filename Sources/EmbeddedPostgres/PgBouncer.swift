@@ -49,7 +49,10 @@ public struct PgBouncer: Sendable {
     }
 
     /// Starts a PgBouncer for `cluster` (which must be running) in pool mode `mode`.
-    public static func start(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int = 20) throws -> PgBouncer {
+    /// `connectQuery` runs on each server connection PgBouncer opens, before any client uses
+    /// it (PgBouncer's `connect_query`), e.g. `SET ROLE babybasics_app` to serve clients as a
+    /// least-privilege role.
+    public static func start(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int = 20, connectQuery: String? = nil) throws -> PgBouncer {
         let binary = try locate()
         let clusterPort = try cluster.port()
         let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbouncer-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
@@ -59,7 +62,7 @@ public struct PgBouncer: Sendable {
         let password = try cluster.superuserPassword()
         let configuration = """
             [databases]
-            * = host=\(cluster.directory.path) port=\(clusterPort) user=\(EmbeddedPostgres.superuser) password=\(password)
+            * = host=\(cluster.directory.path) port=\(clusterPort) user=\(EmbeddedPostgres.superuser) password=\(password)\(connectQuery.map { " connect_query='" + $0.replacingOccurrences(of: "'", with: "''") + "'" } ?? "")
 
             [pgbouncer]
             listen_addr = 127.0.0.1

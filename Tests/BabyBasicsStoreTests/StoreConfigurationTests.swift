@@ -32,3 +32,23 @@ import Testing
         await plain.close()
     }
 }
+
+/// `make test` runs the store's suite twice on the system's server: directly, and through a
+/// real PgBouncer in transaction mode (`BB_TEST_STORE_THROUGH=pgbouncer`). This proves each
+/// run went where it says: through the pooler the store's connections find it, keep no
+/// prepared statement and send no startup settings; directly, they do both.
+@Suite struct StoreSuiteRouteTests {
+    @Test func theStoreRunsWhereTheRunSays() async throws {
+        let fixture = try await StoreFixture.make()
+        let through = ProcessInfo.processInfo.environment["BB_TEST_STORE_THROUGH"] == "pgbouncer"
+        let (behind, planMode) = try await fixture.store.pool.withConnection { connection in
+            (connection.isBehindPooler, try await connection.fetchValue(String.self, "SELECT current_setting('plan_cache_mode')"))
+        }
+        #expect(behind == through)
+        #expect(planMode == (through ? "auto" : "force_generic_plan"))
+        // Either way the store works as babybasics_app, never as the superuser.
+        let role = try await fixture.store.pool.fetchValue(String.self, "SELECT current_user")
+        #expect(role == "babybasics_app")
+        await fixture.admin.close()
+    }
+}

@@ -26,8 +26,29 @@ struct StoreFixture {
         }
         var appRole = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
         configure(&appRole)
+        if let bouncer = try await throughPgBouncer() {
+            // The same suite through a transaction pooler: unnamed statements, nothing in the
+            // session; LISTEN on a direct connection, as a service behind PgBouncer would.
+            var pooled = appRole
+            pooled.connectionString = bouncer.connectionString(database: database.name)
+            pooled.pooler = .transaction
+            let pool = PostgresPool(configuration: Store.configured(pooled), options: PoolOptions(maximumConnections: 6))
+            return StoreFixture(store: Store(pool: pool, listenConfiguration: appRole), admin: try await database.connect(), database: database)
+        }
         let pool = PostgresPool(configuration: Store.configured(appRole), options: PoolOptions(maximumConnections: 6))
         return StoreFixture(store: Store(pool: pool), admin: try await database.connect(), database: database)
+    }
+
+    /// With `BB_TEST_STORE_THROUGH=pgbouncer` (a run of `make test`), one PgBouncer in
+    /// transaction mode for the whole run, serving the store as `babybasics_app`.
+    static func throughPgBouncer() async throws -> PgBouncer? {
+        guard ProcessInfo.processInfo.environment["BB_TEST_STORE_THROUGH"] == "pgbouncer" else { return nil }
+        return try await sharedBouncer.value
+    }
+
+    private static let sharedBouncer = Task {
+        let cluster = try await TestPostgres.shared.cluster()
+        return try PgBouncer.start(in: cluster, mode: .transaction, poolSize: 12, connectQuery: "SET ROLE babybasics_app")
     }
 
     /// A user with a child they are primary of.
