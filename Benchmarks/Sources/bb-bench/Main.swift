@@ -9,7 +9,7 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath]
+///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath,scaleout]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
@@ -73,6 +73,8 @@ struct Runner {
     var growthPoints: [GrowthPoint] = []
     /// The write-path group (WritePath.swift): before and after.
     var writePathPoints: [WritePathPoint] = []
+    /// The scale-out group (ScaleOut.swift).
+    var scaleOutResult: ScaleOutResult?
     /// --large: the growth group goes on to 10M events.
     var large = false
     /// Groups to run; nil: all.
@@ -128,6 +130,7 @@ struct Runner {
         if runs("domain") { try await domain(cluster: cluster, clients: clients) }
         if runs("growth") { try await growth(cluster: cluster) }
         if runs("writepath") { try await writePath(cluster: cluster) }
+        if runs("scaleout") { try await scaleOut() }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)

@@ -71,6 +71,8 @@ public struct ReadCounts: Sendable, Equatable {
     public var primaryBecauseBehindUser = 0
     /// On the primary after the read failed on the replica.
     public var primaryAfterReplicaFailed = 0
+
+    public init() {}
 }
 
 /// Sends reads to a replica when that cannot show a caregiver less than they wrote, else to
