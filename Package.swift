@@ -72,7 +72,7 @@ let package = Package(
         .testTarget(name: "MigratorTests", dependencies: ["Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
         .testTarget(name: "BabyBasicsStoreTests", dependencies: [
             "BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
-            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,6 +1,8 @@
 import BabyBasicsStore
 import EmbeddedPostgres
 import Foundation
+import Metrics
+import MetricsTestKit
 import Migrator
 import Postgres
 import Testing
@@ -18,7 +20,7 @@ import Testing
         let standby: TestDatabase
         let logs: LogCapture
 
-        static func make(options: ReplicaOptions = ReplicaOptions(healthCheckInterval: .milliseconds(50)), replicaURL: (@Sendable (_ database: String) -> String)? = nil) async throws -> Fixture {
+        static func make(options: ReplicaOptions = ReplicaOptions(healthCheckInterval: .milliseconds(50)), replicaURL: (@Sendable (_ database: String) -> String)? = nil, metrics: TestMetrics? = nil) async throws -> Fixture {
             let (primary, standby) = try await TestReplication.shared.makeDatabase(template: "replica_store_template") { connection in
                 let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
                 let (cluster, _) = try await TestReplication.shared.pair()
@@ -27,6 +29,7 @@ import Testing
             let logs = LogCapture()
             var primaryConfiguration = PostgresConfiguration(primary.connectionString + "&options=-crole%3Dbabybasics_app")
             primaryConfiguration.logger = logs.logger(label: "store", level: .info)
+            primaryConfiguration.metricsFactory = metrics
             var replicaConfiguration = PostgresConfiguration((replicaURL?(standby.name) ?? standby.connectionString) + "&options=-crole%3Dbabybasics_app")
             replicaConfiguration.logger = logs.logger(label: "replica", level: .info)
             replicaConfiguration.connectTimeout = 2
@@ -198,6 +201,28 @@ import Testing
         try await fixture.resumeReplay()
         try await fixture.catchUp()
         #expect(await fixture.store.replicaStatus(refresh: true)?.usable == true)
+    }
+
+    /// Where reads went and the replica's lag reach the metrics backend (the primary pool's),
+    /// by target and reason.
+    @Test func readsAndLagAreCounted() async throws {
+        let metrics = TestMetrics()
+        let fixture = try await Fixture.make(options: ReplicaOptions(readYourWritesWait: .milliseconds(20), healthCheckInterval: .milliseconds(50)), metrics: metrics)
+        defer { Task { await fixture.close() } }
+        let (parent, child) = try await fixture.family()
+        try await fixture.catchUp()
+        _ = try await fixture.store.events.dashboard(for: child.id, now: Self.now, as: parent.id)
+        try await fixture.pauseReplay()
+        _ = try await fixture.store.events.log(EventDraft(
+            childID: child.id, payload: .diaper(.wet), start: EventTimestamp(utc: Self.now.addingTimeInterval(-60), timeZone: "UTC", offsetSeconds: 0)), as: parent.id)
+        _ = try await fixture.store.events.dashboard(for: child.id, now: Self.now, as: parent.id)
+        try await fixture.resumeReplay()
+        let onReplica = try metrics.expectCounter("babybasics.store.reads", [("target", "replica"), ("replica", "replica")])
+        #expect(onReplica.totalValue == 1)
+        let behind = try metrics.expectCounter("babybasics.store.reads", [("target", "primary"), ("reason", "replica_behind_user"), ("replica", "replica")])
+        #expect(behind.totalValue == 1)
+        #expect(try metrics.expectTimer("babybasics.store.read_your_writes_wait", [("replica", "replica")]).values.count == 1)
+        #expect(try metrics.expectGauge("babybasics.store.replica_lag_seconds", [("replica", "replica")]).lastValue.map { $0 >= 0 } == true)
     }
 
     @Test func anUnreachableReplicaIsSkippedAndReadsStillAnswer() async throws {

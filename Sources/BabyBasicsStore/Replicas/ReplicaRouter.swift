@@ -117,14 +117,21 @@ final class ReplicaRouter: Sendable {
         state = Mutex(State())
         logger = primary.logger
         let name = replica.options.name
+        // The primary's configured backend, else the one the service bootstrapped.
+        let factory = primary.configuration.metricsFactory ?? MetricsSystem.factory
+        func counter(_ dimensions: [(String, String)]) -> Counter {
+            Counter(label: "babybasics.store.reads", dimensions: dimensions + [("replica", name)], factory: factory)
+        }
         reads = (
-            Counter(label: "babybasics.store.reads", dimensions: [("target", "replica"), ("replica", name)]),
-            Counter(label: "babybasics.store.reads", dimensions: [("target", "replica_after_wait"), ("replica", name)]),
-            Counter(label: "babybasics.store.reads", dimensions: [("target", "primary"), ("reason", "replica_unusable"), ("replica", name)]),
-            Counter(label: "babybasics.store.reads", dimensions: [("target", "primary"), ("reason", "replica_behind_user"), ("replica", name)]),
-            Counter(label: "babybasics.store.reads", dimensions: [("target", "primary"), ("reason", "replica_failed"), ("replica", name)]))
-        waitTimer = Metrics.Timer(label: "babybasics.store.read_your_writes_wait", dimensions: [("replica", name)])
-        lagGauge = Gauge(label: "babybasics.store.replica_lag_seconds", dimensions: [("replica", name)])
+            counter([("target", "replica")]),
+            counter([("target", "replica_after_wait")]),
+            counter([("target", "primary"), ("reason", "replica_unusable")]),
+            counter([("target", "primary"), ("reason", "replica_behind_user")]),
+            counter([("target", "primary"), ("reason", "replica_failed")]))
+        let waitLabel = "babybasics.store.read_your_writes_wait"
+        waitTimer = Metrics.Timer(label: waitLabel, dimensions: [("replica", name)],
+                                  handler: factory.makeTimer(label: waitLabel, dimensions: [("replica", name)]), factory: factory)
+        lagGauge = Gauge(label: "babybasics.store.replica_lag_seconds", dimensions: [("replica", name)], factory: factory)
     }
 
     static let positionSQL: SQL = "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
