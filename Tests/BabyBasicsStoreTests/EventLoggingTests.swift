@@ -25,6 +25,24 @@ import Testing
         #expect(try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM events") == 2)
     }
 
+    /// `record` says which call stored the event: of five concurrent sends of one id exactly
+    /// one is `created`, and a later retry is not.
+    @Test func recordSaysWhichCallStoredTheEvent() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family(zone: "America/New_York")
+        let draft = EventDraft(childID: child.id, payload: .diaper(.both), start: at("2026-11-20 07:00"))
+        let store = fixture.store
+        let created = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for _ in 0..<5 { group.addTask { try await store.events.record(draft, as: user.id).created } }
+            return try await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(created.filter { $0 }.count == 1)
+        let again = try await store.events.record(draft, as: user.id)
+        #expect(again.created == false)
+        #expect(again.event.id == draft.id)
+        #expect(try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM events") == 1)
+    }
+
     @Test func badEventsAreRefusedNamingTheFieldAndWriteNothing() async throws {
         let fixture = try await StoreFixture.make()
         let (user, child) = try await fixture.family(zone: "Europe/London")

@@ -22,6 +22,18 @@ public struct EventRepository: Sendable {
     /// content returns the stored event; the same id with different content is
     /// `conflict(current:)`.
     public func log(_ draft: EventDraft, as actingUser: UUID) async throws -> Event {
+        try await record(draft, as: actingUser).event
+    }
+
+    /// ``log(_:as:)``, also saying whether this call stored the event (`created`) or found it
+    /// stored by an earlier call with the same id and content (a client's retry): an HTTP
+    /// handler answers 201 or 200.
+    ///
+    /// ```swift
+    /// let (event, created) = try await store.events.record(draft, as: userID)
+    /// return created ? .created : .ok
+    /// ```
+    public func record(_ draft: EventDraft, as actingUser: UUID) async throws -> (event: Event, created: Bool) {
         try Validate.event(payload: draft.payload, start: draft.start, end: draft.end, notes: draft.notes)
         let data = EventData(draft.payload)
         let sql: SQL = """
@@ -34,7 +46,7 @@ public struct EventRepository: Sendable {
                        \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: data), \(draft.notes)
                 FROM me
                 ON CONFLICT (id) DO NOTHING
-                RETURNING \(Event.columns), true AS same
+                RETURNING \(Event.columns), true AS same, true AS created
             ),
             existing AS (
                 SELECT \(Event.columns),
@@ -42,7 +54,8 @@ public struct EventRepository: Sendable {
                         AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
                         AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
                         AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
-                        AND e.data = \(json: data) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same
+                        AND e.data = \(json: data) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
+                       false AS created
                 FROM events e
                 WHERE e.id = \(draft.id) AND NOT EXISTS (SELECT FROM inserted)
                   AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
@@ -59,7 +72,7 @@ public struct EventRepository: Sendable {
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
             let event = try Event.Row(row).event()
             guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
-            return event
+            return (event, try row.decode(Bool.self, column: "created"))
         }
         throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
     }
