@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The development cluster's folder (bbmigrate reads the same variable).
 DATA_DIR := $(or $(BB_DATA_DIR),.bbdata)
 
-.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite docs fuzz up down psql clean bench
+.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite example-test docs fuzz up down psql clean bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -70,6 +70,16 @@ build-tests: deps
 	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
 	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
+# The reference service (Examples/BabyBasicsService, its own package: Hummingbird, jwt-kit,
+# AsyncHTTPClient): built without warnings in our code, then its tests over real HTTP.
+EXAMPLE := Examples/BabyBasicsService
+example-test: deps
+	@echo "== The reference service ($(EXAMPLE)): build, then its tests over real HTTP (the system's PostgreSQL)"
+	@mkdir -p .build
+	@set -o pipefail; $(SWIFT) build --package-path $(EXAMPLE) --build-tests 2>&1 | tee .build/example-build.log | grep -v '^\[' || { tail -40 .build/example-build.log; exit 1; }
+	@if grep -E "$(CURDIR)/(Sources|Tests|$(EXAMPLE)/Sources|$(EXAMPLE)/Tests)/.*: warning:" .build/example-build.log; then echo "error: the example's build has warnings (see above); fix them" >&2; exit 1; fi
+	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_LOG_LEVEL=error $(SWIFT) test --package-path $(EXAMPLE) --skip-build --disable-xctest
+
 # The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
 test: test-deps build-tests docs pg18 compose-check
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
@@ -77,6 +87,7 @@ test: test-deps build-tests docs pg18 compose-check
 	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_STORE_THROUGH=pgbouncer BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest --filter BabyBasicsStoreTests
 	@bin=$$(scripts/pg18-bindir.sh) && \
 		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$bin"
+	@$(MAKE) --no-print-directory example-test
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
 
@@ -153,7 +164,7 @@ clean:
 		fi; \
 		rm -rf "$$folder" "$(DATA_DIR)" && echo "embedded PostgreSQL in $$folder: removed"; \
 	fi
-	rm -rf .build Fuzz/.build
+	rm -rf .build Fuzz/.build Examples/BabyBasicsService/.build
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few

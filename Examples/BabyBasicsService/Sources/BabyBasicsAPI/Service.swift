@@ -1,0 +1,46 @@
+import BabyBasicsStore
+import Foundation
+import Hummingbird
+import Logging
+import Postgres
+import ServiceLifecycle
+
+/// The HTTP server and the pool in one `ServiceGroup`: SIGTERM stops taking requests first,
+/// then the pool waits for its lent connections and closes.
+///
+/// ```swift
+/// let service = try await BabyBasicsService(store: store, secret: secret, port: 8080)
+/// try await service.run()
+/// ```
+public struct BabyBasicsService: Sendable {
+    public let store: Store
+    public let authority: TokenAuthority
+    public let host: String
+    public let port: Int
+    public let logger: Logger
+
+    public init(store: Store, authority: TokenAuthority, host: String = "127.0.0.1", port: Int = 8080, logger: Logger = Logger(label: "babybasics.service")) {
+        self.store = store
+        self.authority = authority
+        self.host = host
+        self.port = port
+        self.logger = logger
+    }
+
+    /// The application; `onRunning` gets the port it listens on (useful with port 0).
+    public func application(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+        Application(
+            router: BabyBasicsAPI.router(store: store, authority: authority),
+            configuration: .init(address: .hostname(host, port: port), serverName: "babybasics"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+
+    /// Runs the pool and the server until SIGTERM or SIGINT.
+    public func run(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        let group = ServiceGroup(
+            configuration: .init(services: [.init(service: store.pool), .init(service: application(onRunning: onRunning))],
+                                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}

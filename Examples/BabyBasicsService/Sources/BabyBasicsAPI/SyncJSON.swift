@@ -1,0 +1,56 @@
+import BabyBasicsStore
+import Foundation
+
+/// `GET /sync?cursor=…`: one page of the family state that changed after the cursor; send
+/// `next_cursor` back for the next page (at once while `has_more`).
+struct SyncPageJSON: Encodable {
+    let page: ChangePage
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: JSONKey.self)
+        try container.put(page.notices.map(NoticeJSON.init), "notices")
+        try container.put(page.removals.map(RemovalJSON.init), "removals")
+        try container.put(page.children, "children")
+        try container.put(page.caregivers.map(CaregiverJSON.init), "caregivers")
+        try container.put(page.events.map(EventJSON.init), "events")
+        try container.put(page.next.description, "next_cursor")
+        try container.put(page.hasMore, "has_more")
+    }
+
+    struct NoticeJSON: Encodable {
+        let notice: SyncNotice
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: JSONKey.self)
+            switch notice {
+            case .accessRevoked(let child):
+                try container.put("access_revoked", "kind")
+                try container.put(child, "child_id")
+            case .resyncRequired(let child):
+                try container.put("resync_required", "kind")
+                try container.put(child, "child_id")
+            }
+        }
+    }
+
+    struct RemovalJSON: Encodable {
+        let removal: SyncRemoval
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: JSONKey.self)
+            try container.put(removal.childID, "child_id")
+            try container.put(removal.kind.rawValue, "kind")
+            try container.put(removal.id, "id")
+        }
+    }
+
+    struct CaregiverJSON: Encodable {
+        let membership: ChildCaregiver
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: JSONKey.self)
+            try container.put(membership.childID, "child_id")
+            try container.put(membership.caregiver.userID, "user_id")
+            try container.put(membership.caregiver.displayName, "display_name")
+            try container.put(membership.caregiver.role.rawValue, "role")
+            try container.put(membership.caregiver.joinedAt, "joined_at")
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import BabyBasicsAPI
+import BabyBasicsStore
+import EmbeddedPostgres
+import Foundation
+import Logging
+import Migrator
+import Postgres
+
+/// `bb-service`: the reference service.
+///
+///     bb-service                  against DATABASE_URL (the service's role, e.g. babybasics_api)
+///     bb-service --embedded       starts the development database (.bbdata of the repository),
+///                                 migrates it, creates a demo family and prints a token
+///
+/// Settings: `PORT` (8080), `BB_JWT_SECRET` (at least 32 bytes; --embedded makes one up).
+@main
+struct Main {
+    static func main() async {
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+            return handler
+        }
+        do {
+            try await run()
+        } catch {
+            FileHandle.standardError.write(Data("bb-service: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func run() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let embedded = CommandLine.arguments.contains("--embedded")
+        let port = Int(environment["PORT"] ?? "") ?? 8080
+        var secret = environment["BB_JWT_SECRET"] ?? ""
+        var configuration: PostgresConfiguration
+        if embedded {
+            let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            let cluster = try EmbeddedPostgres.development(at: repository.appendingPathComponent(".bbdata").path)
+            try cluster.start()
+            if try await !cluster.databaseExists("babybasics") { try await cluster.createDatabase("babybasics") }
+            let url = try cluster.connectionString(database: "babybasics")
+            try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
+            configuration = PostgresConfiguration(url + "&options=-crole%3Dbabybasics_app")
+            if secret.isEmpty { secret = (0..<4).map { _ in UUID().uuidString }.joined() }
+        } else {
+            guard let url = environment["DATABASE_URL"] else {
+                throw APIError.invalid(field: "DATABASE_URL", reason: "is not set: point it at PostgreSQL (the babybasics_api role), or run bb-service --embedded")
+            }
+            configuration = PostgresConfiguration(url)
+        }
+        configuration.applicationName = "bb-service"
+        let store = Store(configuration: configuration, options: PoolOptions(maximumConnections: 16))
+        try await store.checkSchema()
+        let authority = try await TokenAuthority(secret: secret)
+        let service = BabyBasicsService(store: store, authority: authority, port: port)
+        if embedded {
+            let user = try await store.users.create(email: "demo-\(UUID().uuidString.prefix(8).lowercased())@example.com", displayName: "Demo parent")
+            let child = try await store.children.create(ChildDraft(name: "Demo baby", birthDate: PostgresDate(Date().addingTimeInterval(-60 * 86_400), in: .gmt)), as: user.id)
+            let token = try await authority.issue(for: user.id, lifetime: 86_400)
+            print("""
+                Serving on http://127.0.0.1:\(port) (the development database in .bbdata). A demo family, and a token valid for a day:
+                  TOKEN=\(token)
+                  curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:\(port)/children/\(child.id)/dashboard
+                  curl -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -X POST http://127.0.0.1:\(port)/children/\(child.id)/events \\
+                       -d '{"id":"'$(uuidgen)'","type":"diaper","start_time":"'$(date -u +%FT%TZ)'","time_zone":"UTC","data":{"contents":"both"}}'
+                Stop with Ctrl-C.
+                """)
+        }
+        try await service.run()
+    }
+}

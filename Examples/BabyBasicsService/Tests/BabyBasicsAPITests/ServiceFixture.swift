@@ -1,0 +1,95 @@
+import AsyncHTTPClient
+import BabyBasicsAPI
+import BabyBasicsStore
+import EmbeddedPostgres
+import Foundation
+import Hummingbird
+import Logging
+import Migrator
+import NIOCore
+import NIOHTTP1
+import Postgres
+import Testing
+
+let migrationsFolder = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Migrations")
+
+/// The service on a loopback port over a fresh migrated database (its store as
+/// `babybasics_app`), called over real HTTP with AsyncHTTPClient.
+struct ServiceFixture {
+    let base: String
+    let port: Int
+    let store: Store
+    let admin: PostgresConnection
+    let authority: TokenAuthority
+    let server: Task<Void, any Error>
+
+    static func make(pool: PoolOptions = PoolOptions(maximumConnections: 6)) async throws -> ServiceFixture {
+        let database = try await TestPostgres.shared.makeDatabase(template: "service_template") { connection in
+            let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
+            let cluster = try await TestPostgres.shared.cluster()
+            try await Migrator(configuration: PostgresConfiguration(try cluster.connectionString(database: name)), options: .init(directory: migrationsFolder)).up()
+        }
+        let store = Store(configuration: PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app"), options: pool)
+        try await store.checkSchema()
+        let authority = try await TokenAuthority(secret: "a test secret that is long enough for HS256!")
+        var logger = Logger(label: "service-tests")
+        logger.logLevel = .critical
+        let service = BabyBasicsService(store: store, authority: authority, port: 0, logger: logger)
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = service.application { port in continuation.yield(port) }
+        let server = Task { try await application.runService(gracefulShutdownSignals: []) }
+        var iterator = ports.makeAsyncIterator()
+        let port = try #require(await iterator.next())
+        return ServiceFixture(base: "http://127.0.0.1:\(port)", port: port, store: store, admin: try await database.connect(), authority: authority, server: server)
+    }
+
+    func close() async {
+        server.cancel()
+        _ = try? await server.value
+        await admin.close()
+        await store.pool.close()
+    }
+
+    struct Reply {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: Data
+        var json: [String: Any] { ((try? JSONSerialization.jsonObject(with: body)) as? [String: Any]) ?? [:] }
+        var text: String { String(decoding: body, as: UTF8.self) }
+    }
+
+    /// One request; `token` nil sends no Authorization header.
+    func call(_ method: HTTPMethod, _ path: String, token: String?, json: String? = nil, headers: [(String, String)] = []) async throws -> Reply {
+        var request = HTTPClientRequest(url: base + path)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: json))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let body = try await response.body.collect(upTo: 1 << 24)
+        return Reply(status: Int(response.status.code), headers: response.headers, body: Data(buffer: body))
+    }
+
+    /// A user with a child they are primary of, and a token for them.
+    func family(_ name: String = "Parent", zone: String = "America/New_York") async throws -> (user: User, child: Child, token: String) {
+        let user = try await store.users.create(email: "\(name.lowercased())-\(UUID().uuidString.prefix(8))@example.com", displayName: name)
+        var draft = ChildDraft(name: "\(name)'s baby", birthDate: PostgresDate(year: 2026, month: 9, day: 1))
+        draft.settings.timezone = zone
+        let child = try await store.children.create(draft, as: user.id)
+        return (user, child, try await authority.issue(for: user.id))
+    }
+
+    func eventCount() async throws -> Int {
+        try await admin.fetchValue(Int.self, "SELECT count(*) FROM events") ?? -1
+    }
+}
+
+/// An ISO 8601 timestamp `minutes` from now (negative: ago).
+func iso(minutesFromNow minutes: Double) -> String {
+    ExportCoding.format(Date().addingTimeInterval(minutes * 60))
+}
