@@ -170,6 +170,8 @@ clean:
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few
 # minutes the first time; the run itself stays under 10 minutes on 2 cores.
 bench: deps
+	@command -v wrk >/dev/null 2>&1 || { echo "Installing wrk (the HTTP group's load generator) with apt-get"; \
+		$(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null || echo "warning: wrk could not be installed; the HTTP group is skipped" >&2; }
 	@mkdir -p .build
 	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
 	$(SWIFT) build -c release --package-path Benchmarks

@@ -13,6 +13,9 @@ let package = Package(
         .package(path: ".."),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.0"),
+        // The reference service, for the HTTP group (served in-process, loaded with wrk).
+        .package(path: "../Examples/BabyBasicsService"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         .executableTarget(
@@ -24,6 +27,8 @@ let package = Package(
                 .product(name: "BabyBasicsStore", package: root),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+                .product(name: "BabyBasicsAPI", package: "babybasicsservice"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
     ],

@@ -9,7 +9,7 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath,scaleout]
+///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath,scaleout,http]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
@@ -75,6 +75,8 @@ struct Runner {
     var writePathPoints: [WritePathPoint] = []
     /// The scale-out group (ScaleOut.swift).
     var scaleOutResult: ScaleOutResult?
+    /// The HTTP group (HTTP.swift).
+    var httpResult: HTTPResult?
     /// --large: the growth group goes on to 10M events.
     var large = false
     /// Groups to run; nil: all.
@@ -131,6 +133,7 @@ struct Runner {
         if runs("growth") { try await growth(cluster: cluster) }
         if runs("writepath") { try await writePath(cluster: cluster) }
         if runs("scaleout") { try await scaleOut() }
+        if runs("http") { try await http(cluster: cluster) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)

@@ -41,6 +41,7 @@ extension Runner {
         lines += growthSection()
         lines += writePathSection()
         lines += scaleOutSection()
+        lines += httpSection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [
             "- EXPLAIN (ANALYZE, BUFFERS) of the dashboard, timeline, sync page and export statements, captured by auto_explain",
@@ -53,11 +54,11 @@ extension Runner {
         struct Raw: Encodable {
             var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
             var concurrency: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]; var writePath: [WritePathPoint]
-            var scaleOut: ScaleOutResult?
+            var scaleOut: ScaleOutResult?; var http: HTTPResult?
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult, http: httpResult)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {
