@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import Postgres
 import ServiceLifecycle
+import UnixSignals
 
 /// The HTTP server and the pool in one `ServiceGroup`: SIGTERM stops taking requests first,
 /// then the pool waits for its lent connections and closes.
@@ -36,11 +37,21 @@ public struct BabyBasicsService: Sendable {
             logger: logger)
     }
 
+    /// The pool and the server in one group, the pool first: on graceful shutdown the server
+    /// stops taking requests, then the pool waits for lent connections and closes.
+    ///
+    /// ```swift
+    /// let group = service.serviceGroup(gracefulShutdownSignals: [.sigterm])
+    /// try await group.run()
+    /// ```
+    public func serviceGroup(gracefulShutdownSignals: [UnixSignal] = [.sigterm, .sigint], onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> ServiceGroup {
+        ServiceGroup(
+            configuration: .init(services: [.init(service: store.pool), .init(service: application(onRunning: onRunning))],
+                                 gracefulShutdownSignals: gracefulShutdownSignals, logger: logger))
+    }
+
     /// Runs the pool and the server until SIGTERM or SIGINT.
     public func run(onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
-        let group = ServiceGroup(
-            configuration: .init(services: [.init(service: store.pool), .init(service: application(onRunning: onRunning))],
-                                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        try await serviceGroup(onRunning: onRunning).run()
     }
 }

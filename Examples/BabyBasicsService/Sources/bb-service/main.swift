@@ -16,9 +16,12 @@ import Postgres
 @main
 struct Main {
     static func main() async {
+        // The service's own lines at info; the connections' (opened, closed) only from warning
+        // on, unless LOG_LEVEL asks for more.
+        let asked = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:))
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = ProcessInfo.processInfo.environment["LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+            handler.logLevel = asked ?? (label == "babybasics.service" ? .info : .warning)
             return handler
         }
         do {
@@ -60,14 +63,16 @@ struct Main {
             let user = try await store.users.create(email: "demo-\(UUID().uuidString.prefix(8).lowercased())@example.com", displayName: "Demo parent")
             let child = try await store.children.create(ChildDraft(name: "Demo baby", birthDate: PostgresDate(Date().addingTimeInterval(-60 * 86_400), in: .gmt)), as: user.id)
             let token = try await authority.issue(for: user.id, lifetime: 86_400)
-            print("""
+            // Unbuffered: a caller reading this through a pipe sees it at once.
+            FileHandle.standardOutput.write(Data("""
                 Serving on http://127.0.0.1:\(port) (the development database in .bbdata). A demo family, and a token valid for a day:
                   TOKEN=\(token)
                   curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:\(port)/children/\(child.id)/dashboard
                   curl -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -X POST http://127.0.0.1:\(port)/children/\(child.id)/events \\
                        -d '{"id":"'$(uuidgen)'","type":"diaper","start_time":"'$(date -u +%FT%TZ)'","time_zone":"UTC","data":{"contents":"both"}}'
                 Stop with Ctrl-C.
-                """)
+
+                """.utf8))
         }
         try await service.run()
     }

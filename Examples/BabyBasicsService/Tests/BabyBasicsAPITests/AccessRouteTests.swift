@@ -5,6 +5,7 @@ import BabyBasicsStore
 import Foundation
 import JWTKit
 import Postgres
+import ServiceLifecycle
 import Testing
 
 /// Who may call what: a verified token or 401; another family's child is 404 on every route;
@@ -76,6 +77,32 @@ import Testing
         // The caregiver may log and read (not primary-only).
         #expect(try await fixture.call(.GET, "/children/\(child.id)/dashboard", token: partnerToken).status == 200)
         _ = primary
+    }
+
+    /// The service as it runs in production: the pool and the server in one ServiceGroup. A
+    /// graceful shutdown stops the server, then closes the pool (its connections are gone).
+    @Test func theServiceGroupShutsDownServerThenPool() async throws {
+        let fixture = try await ServiceFixture.make()
+        defer { Task { await fixture.close() } }
+        let (_, child, token) = try await fixture.family()
+        let service = BabyBasicsService(store: fixture.store, authority: fixture.authority, port: 0)
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let group = service.serviceGroup(gracefulShutdownSignals: []) { continuation.yield($0) }
+        let running = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        let port = try #require(await iterator.next())
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)/children/\(child.id)/dashboard")
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        #expect(try await HTTPClient.shared.execute(request, timeout: .seconds(30)).status.code == 200)
+        await group.triggerGracefulShutdown()
+        try await running.value
+        await #expect(throws: (any Error).self) { _ = try await HTTPClient.shared.execute(request, timeout: .seconds(5)) }
+        do {
+            _ = try await fixture.store.pool.query("SELECT 1")
+            Issue.record("the pool still lends connections after the group shut down")
+        } catch let error as PostgresError {
+            #expect(error.kind == .poolClosed)
+        }
     }
 
     /// Every connection of the pool held elsewhere: the request waits out the pool's acquire

@@ -41,6 +41,8 @@ import Testing
         for contents in ["wet", "wet", "both"] {
             #expect(try await post(#"{"id":"\#(UUID())","type":"diaper","start_time":"\#(iso(minutesFromNow: -20))","time_zone":"UTC","data":{"contents":"\#(contents)"}}"#) == 201)
         }
+        // A finished nap (the last sleep), then one running now (the active sleep).
+        #expect(try await post(#"{"id":"\#(UUID())","type":"sleep","start_time":"\#(iso(minutesFromNow: -120))","end_time":"\#(iso(minutesFromNow: -75))","time_zone":"UTC"}"#) == 201)
         let sleep = try await fixture.call(.POST, "/children/\(child.id)/sleep/start", token: token, json: #"{"at":"\#(iso(minutesFromNow: -5))","time_zone":"UTC"}"#)
         #expect(sleep.status == 201)
 
@@ -54,6 +56,11 @@ import Testing
         let active = try #require(json["active_sleep"] as? [String: Any])
         #expect(Set(active.keys) == ["id", "start_time"])
         #expect(active["id"] as? String == sleep.json["id"] as? String)
+        let nap = try #require(json["last_sleep"] as? [String: Any])
+        #expect(Set(nap.keys) == ["id", "start_time", "end_time", "minutes"])
+        #expect(nap["minutes"] as? Int == 45)
+        let diaper = try #require(json["last_diaper"] as? [String: Any])
+        #expect(diaper["contents"] as? String == "both")
         let today = try #require(json["today"] as? [String: Any])
         #expect(today["feeds"] as? Int == 3)
         #expect(today["pee"] as? Int == 3)

@@ -26,6 +26,10 @@ import Testing
         let retry = try await fixture.call(.POST, "/children/\(child.id)/events", token: token, json: body)
         #expect(retry.status == 200)
         #expect(retry.json["revision"] as? Int == 1)
+        let read = try await fixture.call(.GET, "/children/\(child.id)/events/\(id)", token: token)
+        #expect(read.status == 200)
+        #expect((read.json["data"] as? [String: Any])?["contents"] as? String == "both")
+        #expect(Set(read.json.keys).isSuperset(of: ["id", "child_id", "type", "start_time", "start_tz", "start_offset_seconds", "end_time", "data", "notes", "revision", "deleted_at"]))
         // The same id with other content: 409 with the stored version.
         let other = try await fixture.call(.POST, "/children/\(child.id)/events", token: token, json: Self.diaper(id, "wet"))
         #expect(other.status == 409)
