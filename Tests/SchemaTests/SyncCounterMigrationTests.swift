@@ -96,4 +96,39 @@ import Testing
         let own = try await connection.logEvent(counted, type: "diaper", data: #"{"contents":"wet"}"#)
         #expect(try await connection.fetchValue(Int64.self, "SELECT change_seq FROM events WHERE id = \(own)") == 3)
     }
+
+    /// Many stamps of one child in one transaction count on from its counter without walking
+    /// every version the transaction wrote (the hint `bb_sync.last_counter`); a forged hint
+    /// changes nothing: it matches only a visible version of that child's own counter.
+    @Test func manyStampsInOneTransactionAndAForgedHint() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let family = try await connection.makeFamily()
+        let other = try await connection.makeFamily()
+        let position: SQL = "SELECT sync_child_position(\(family.childID))"
+        let before = try #require(try await connection.fetchValue(Int64.self, position))
+        try await connection.transaction { connection in
+            try await connection.execute("""
+                INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+                SELECT \(family.childID), \(family.userID), 'diaper', now() - g * interval '1 minute', 'UTC', 0, '{"contents":"wet"}'
+                FROM generate_series(1, 2000) AS g
+                """)
+        }
+        let stamps = try await connection.query("SELECT change_seq FROM events WHERE child_id = \(family.childID) ORDER BY change_seq").decodeColumn(Int64.self)
+        #expect(stamps == Array((before + 1)...(before + 2000)))
+        #expect(try await connection.fetchValue(Int64.self, position) == before + 2000)
+
+        let othersCounter: SQL = "SELECT last_stamp FROM sync_counters WHERE child_id = \(other.childID)"
+        let othersBefore = try await connection.fetchValue(Int64.self, othersCounter)
+        let othersVersion = try #require(try await connection.fetchValue(String.self, "SELECT ctid::text FROM sync_counters WHERE child_id = \(other.childID)"))
+        for forged in ["\(family.childID.uuidString.lowercased())@\(othersVersion)", "\(family.childID.uuidString.lowercased())@(999999,1)", "nonsense"] {
+            let stamp = try await connection.transaction { connection in
+                try await connection.execute("SELECT set_config('bb_sync.last_counter', \(forged), true)")
+                return try await connection.logEvent(family, type: "diaper", data: #"{"contents":"dirty"}"#)
+            }
+            let taken = try await connection.fetchValue(Int64.self, "SELECT change_seq FROM events WHERE id = \(stamp)")
+            #expect(taken == (try await connection.fetchValue(Int64.self, position)), "hint \(forged)")
+        }
+        #expect(try await connection.fetchValue(Int64.self, position) == before + 2003)
+        #expect(try await connection.fetchValue(Int64.self, othersCounter) == othersBefore, "a forged hint moved another child's counter")
+    }
 }
