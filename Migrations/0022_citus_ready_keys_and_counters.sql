@@ -237,7 +237,9 @@ BEGIN
     -- A later stamp of the same child in this transaction: straight to the
     -- counter version this transaction wrote last (see "Many stamps in one
     -- transaction"). Only a visible version of this child's counter matches.
-    IF v_last ~ ('^' || p_child_id::text || '@\(\d{1,9},\d{1,4}\)$') THEN
+    -- (One constant pattern, compiled once per session; the child is
+    -- compared as text.)
+    IF left(v_last, 37) = p_child_id::text || '@' AND v_last ~ '^.{37}\(\d{1,9},\d{1,4}\)$' THEN
         UPDATE public.sync_counters AS k
            SET last_stamp = k.last_stamp + 1
          WHERE k.ctid = substr(v_last, 38)::tid AND k.child_id = p_child_id

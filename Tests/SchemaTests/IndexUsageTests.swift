@@ -67,5 +67,11 @@ import Testing
             SELECT c.* FROM caregivers cg JOIN children c ON c.id = cg.child_id WHERE cg.user_id = \(user)
             """)
         #expect(children.contains("idx_caregivers_user_child"), "\(children)")
+
+        // Event by id without its child (get, edit, delete): one probe of events_pkey
+        // (id, child_id), whose first column is the id (0022).
+        let event = try #require(try await connection.fetchValue(UUID.self, "SELECT id FROM events WHERE child_id = \(child) LIMIT 1"))
+        let byID = try await plan(connection, "SELECT * FROM events WHERE id = \(event)")
+        #expect(byID.contains("Index Scan using events_pkey"), "\(byID)")
     }
 }
