@@ -9,12 +9,12 @@ import Postgres
 /// ```
 public enum SchemaVersion {
     /// The newest migration (`Migrations/NNNN_…sql`) this module's SQL relies on.
-    public static let required = 22
+    public static let required = 23
 
     /// The newest version recorded by `bbmigrate` in `bbmigrate.schema_migrations`, or `nil`
     /// when the database was never migrated.
     ///
-    /// From migration 22 on, through `schema_version()`, which every role may call: a service
+    /// From migration 23 on, through `schema_version()`, which every role may call: a service
     /// checks as its least-privilege role, which cannot read `bbmigrate`'s schema. An older
     /// database is read directly (that needs the rights of the schema's owner).
     public static func current(_ connection: PostgresConnection) async throws -> Int? {
@@ -52,7 +52,7 @@ public struct SchemaVersionError: Error, Sendable, CustomStringConvertible {
     public let current: Int?
     public let required: Int
     /// The history exists but this role may not read it: the database predates
-    /// `schema_version()` (migration 22), so it is older than required.
+    /// `schema_version()` (migration 23), so it is older than required.
     public var historyUnreadable = false
 
     public init(current: Int?, required: Int, historyUnreadable: Bool = false) {
@@ -63,7 +63,7 @@ public struct SchemaVersionError: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         let state = historyUnreadable
-            ? "is older than schema version 22 (this role may not read its migration history)"
+            ? "is older than schema version 23 (this role may not read its migration history)"
             : current.map { "is at schema version \($0)" } ?? "has no migration history (it was never migrated)"
         return "The database \(state), but this build of the service needs version \(required). Nothing was changed. "
             + "Run `bbmigrate up` against this database (with the same DATABASE_URL), then start the service again."

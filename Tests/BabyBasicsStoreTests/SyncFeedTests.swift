@@ -454,8 +454,8 @@ private struct RolledBack: Error {}
     }
 
     /// The application role cannot move the stamps itself, and a stamp is drawn only under the
-    /// child's row lock: a second writer of the same child waits for the first to commit and
-    /// then draws a larger number.
+    /// lock of the child's counter row (sync_counters, 0022): a second writer of the same child
+    /// waits for the first to commit and then draws a larger number.
     @Test func theStampsAreTheTriggersAlone() async throws {
         let fixture = try await StoreFixture.make()
         let (_, child) = try await fixture.family(zone: "UTC")
@@ -468,8 +468,10 @@ private struct RolledBack: Error {}
         await #expect(throws: PostgresError.self) {
             try await app.execute("INSERT INTO sync_tombstones (child_id, change_seq, kind, entity_id) VALUES (\(child.id), 99, 'event', \(UUID()))")
         }
-        for call: SQL in ["SELECT setval('sync_stamp_seq', 1)", "SELECT nextval('sync_stamp_seq')"] {
-            let refused = await #expect(throws: PostgresError.self, "the application set the sequence") { try await app.execute(call) }
+        for call: SQL in ["UPDATE sync_counters SET last_stamp = 1 WHERE child_id = \(child.id)",
+                          "DELETE FROM sync_counters WHERE child_id = \(child.id)",
+                          "INSERT INTO sync_counters (child_id, last_stamp) VALUES (\(UUID()), 1)"] {
+            let refused = await #expect(throws: PostgresError.self, "the application moved a counter") { try await app.execute(call) }
             #expect(refused?.kind == .insufficientPrivilege)
         }
         #expect(try await app.execute("UPDATE children SET name = 'Allowed' WHERE id = \(child.id)") == 1)
@@ -494,7 +496,7 @@ private struct RolledBack: Error {}
         }
         while !held.value { try await Task.sleep(for: .milliseconds(10)) }
         let locked = await #expect(throws: PostgresError.self, "a stamp was drawn without the child's lock") {
-            try await fixture.admin.execute("SELECT 1 FROM children WHERE id = \(child.id) FOR NO KEY UPDATE NOWAIT")
+            try await fixture.admin.execute("SELECT 1 FROM sync_counters WHERE child_id = \(child.id) FOR NO KEY UPDATE NOWAIT")
         }
         #expect(locked?.kind == .lockNotAvailable)
         // A second writer of the same child waits for the first one's commit.
@@ -658,7 +660,8 @@ private struct RolledBack: Error {}
             INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data, change_seq)
                 SELECT '\(heavy.id.uuidString)', '\(alice.id.uuidString)', 'diaper', now() - g * interval '1 hour', 'UTC', 0, '{"contents":"wet"}', g + 10
                 FROM generate_series(1, 20000) g;
-            SELECT setval('sync_stamp_seq', greatest(20010, (SELECT last_value FROM sync_stamp_seq)));
+            INSERT INTO sync_counters (child_id, last_stamp) SELECT id, 40 FROM children WHERE name = 'Light';
+            UPDATE sync_counters SET last_stamp = greatest(last_stamp, 20010) WHERE child_id = '\(heavy.id.uuidString)';
             SET session_replication_role = DEFAULT;
             ANALYZE;
             """)

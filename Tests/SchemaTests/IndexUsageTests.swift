@@ -6,7 +6,8 @@ import Testing
 @Suite struct IndexUsageTests {
     /// 2,000 users, 1,000 children (each with a primary and a second caregiver) and 100 events
     /// per child. Triggers are off during the load (session_replication_role), so the sync
-    /// stamps are filled by hand (1…100 per child, as the counter would); indexes still apply.
+    /// stamps and counters are filled by hand (1…100 per child, as the counter would); indexes
+    /// still apply.
     func loadVolume(_ connection: PostgresConnection) async throws {
         try await connection.executeUnsafeRawSQL("""
             SET session_replication_role = replica;
@@ -29,7 +30,7 @@ import Testing
                        (ARRAY['{"kind":"bottle","amount_ml":120}', '{"contents":"wet"}', '{}', '{"category":"health"}'])[g % 4 + 1]::jsonb,
                        g
                 FROM children c, generate_series(1, 100) AS g;
-            SELECT setval('sync_stamp_seq', greatest(100, (SELECT last_value FROM sync_stamp_seq)));
+            INSERT INTO sync_counters (child_id, last_stamp) SELECT id, 100 FROM children;
             SET session_replication_role = DEFAULT;
             ANALYZE;
             """)
@@ -66,5 +67,11 @@ import Testing
             SELECT c.* FROM caregivers cg JOIN children c ON c.id = cg.child_id WHERE cg.user_id = \(user)
             """)
         #expect(children.contains("idx_caregivers_user_child"), "\(children)")
+
+        // Event by id without its child (get, edit, delete): one probe of events_pkey
+        // (id, child_id), whose first column is the id (0022).
+        let event = try #require(try await connection.fetchValue(UUID.self, "SELECT id FROM events WHERE child_id = \(child) LIMIT 1"))
+        let byID = try await plan(connection, "SELECT * FROM events WHERE id = \(event)")
+        #expect(byID.contains("Index Scan using events_pkey"), "\(byID)")
     }
 }

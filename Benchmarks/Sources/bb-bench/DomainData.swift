@@ -97,9 +97,11 @@ struct DomainData {
                 }
             }
         }
-        // The next stamps are drawn above the ones written by hand.
+        // The next stamps are drawn above the ones written by hand (each child's counter, 0022).
         try await connection.executeUnsafeRawSQL("""
-            SELECT setval('sync_stamp_seq', greatest((SELECT last_value FROM sync_stamp_seq), (SELECT max(change_seq) FROM events)));
+            INSERT INTO sync_counters AS k (child_id, last_stamp)
+            SELECT child_id, max(change_seq) FROM events GROUP BY child_id
+            ON CONFLICT (child_id) DO UPDATE SET last_stamp = greatest(k.last_stamp, excluded.last_stamp);
             SET session_replication_role = DEFAULT
             """)
         return count

@@ -4,8 +4,8 @@ import Foundation
 import Postgres
 
 extension Runner {
-    /// What the sync stamp (the child's row lock and `sync_stamp_seq`, migrations 0011 and
-    /// 0013) costs a write, against the cost model
+    /// What the sync stamp (the child's counter row in `sync_counters`, migrations 0011, 0013
+    /// and 0022) costs a write, against the cost model
     /// of the cursor it replaced, measured side by side in this run: the same triggers, with
     /// `sync_next_seq` swapped for what the old trigger did (`pg_current_xact_id()` and a
     /// global `nextval`, no child row lock, no NOTIFY).

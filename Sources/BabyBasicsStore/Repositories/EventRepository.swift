@@ -36,6 +36,9 @@ public struct EventRepository: Sendable {
     public func record(_ draft: EventDraft, as actingUser: UUID) async throws -> (event: Event, created: Bool) {
         try Validate.event(payload: draft.payload, start: draft.start, end: draft.end, notes: draft.notes)
         let data = EventData(draft.payload)
+        // An id is unique per child (events_pkey (id, child_id), migration 0022). An id this
+        // user already gave another of their children is not taken again (the NOT EXISTS), so
+        // "event by id" finds one row: `existing` answers with that event, as a conflict.
         let sql: SQL = """
             WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser))),
             inserted AS (
@@ -45,7 +48,11 @@ public struct EventRepository: Sendable {
                        \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
                        \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: data), \(draft.notes)
                 FROM me
-                ON CONFLICT (id) DO NOTHING
+                WHERE NOT EXISTS (
+                    SELECT FROM events o
+                    WHERE o.id = \(draft.id) AND o.child_id <> \(draft.childID)
+                      AND \(Authorization.isCaregiver(of: "o.child_id", for: actingUser)))
+                ON CONFLICT (child_id, id) DO NOTHING
                 RETURNING \(Event.columns), true AS same, true AS created
             ),
             existing AS (
@@ -80,7 +87,7 @@ public struct EventRepository: Sendable {
     /// Runs `body`, turning a refused second active sleep or bottle feeding into
     /// `sleepAlreadyActive` / `feedingAlreadyActive` carrying the one that exists.
     /// `child` is the child whose index refused the write, as SQL (an id, or
-    /// `childOf(eventID)`): the winner is always looked up in that child, never elsewhere.
+    /// `childOf(eventID, for: user)`): the winner is always looked up in that child, never elsewhere.
     ///
     /// Every event write goes through here: on success, `actingUser`'s reads must see it
     /// (read-your-writes on a replica).
@@ -110,8 +117,11 @@ public struct EventRepository: Sendable {
     /// CHECK reads it), so that the app and the index never disagree.
     static let feedingStarted: SQL = "(e.data ->> 'feeding_started_at') IS NOT NULL"
 
-    /// The child of an event, as a SQL expression.
-    static func childOf(_ eventID: UUID) -> SQL { "(SELECT child_id FROM events WHERE id = \(eventID))" }
+    /// The child of an event among the children `user` cares for, as a SQL expression. An id
+    /// is unique per child only (events_pkey, 0022): another family may use the same one.
+    static func childOf(_ eventID: UUID, for user: UUID) -> SQL {
+        "(SELECT o.child_id FROM events o WHERE o.id = \(eventID) AND \(Authorization.isCaregiver(of: "o.child_id", for: user)) LIMIT 1)"
+    }
 
     /// Decodes `SELECT (…) AS my_role, r.* … LEFT JOIN r`: `notFound` for a non-member, `nil`
     /// when the member's statement matched nothing.
@@ -226,7 +236,7 @@ public struct EventRepository: Sendable {
     public func finishFeeding(_ bottleID: UUID, remainingMl: Double, at end: EventTimestamp, expectedRevision: Int? = nil, as actingUser: UUID) async throws -> FinishedBottle {
         guard remainingMl.isFinite, remainingMl >= 0 else { throw StoreError.invalid(field: "remainingMl", reason: "must be 0 or more") }
         try Validate.timestamp(end, field: "end")
-        let event = try await timerEnding("e.id = \(bottleID)") { try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
+        let event = try await timerEnding("e.id = \(bottleID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))") { try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
             data = e.data || jsonb_build_object('amount_remaining_ml', \(remainingMl)::float8),
             end_time = \(end.utc), end_tz = \(end.timeZone), end_offset_seconds = \(end.offsetSeconds)
             """, when: "true", refusal: "this bottle is already finished", invalidField: "remainingMl") }
@@ -359,13 +369,17 @@ public struct EventRepository: Sendable {
     /// One UPDATE of an event the acting user may see, when `condition` holds: the changed
     /// event, `nil` when the condition did not hold, `notFound` for anyone else's event.
     private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
-        let rows = try await eventErrors(child: Self.childOf(eventID), by: actingUser) {
+        // The event is (id, child) among the user's children: another family's event with the
+        // same id (events_pkey is unique per child, 0022) is never touched.
+        let rows = try await eventErrors(child: Self.childOf(eventID, for: actingUser), by: actingUser) {
             try await pool.query("""
                 WITH target AS (
-                    SELECT e.id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                    SELECT e.id, e.child_id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                    LIMIT 1
                 ), changed AS (
                     UPDATE events e SET \(set), updated_by = \(actingUser)
-                    WHERE e.id = \(eventID) AND EXISTS (SELECT FROM target) AND \(condition)
+                    FROM target
+                    WHERE e.id = target.id AND e.child_id = target.child_id AND \(condition)
                     RETURNING \(Event.columns)
                 )
                 SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
@@ -388,6 +402,7 @@ public struct EventRepository: Sendable {
                 WITH target AS (
                     SELECT t.id, t.child_id, t.event_type, t.start_time FROM events t
                     WHERE t.id = \(eventID) AND \(Authorization.isCaregiver(of: "t.child_id", for: actingUser))
+                    LIMIT 1
                 )
                 SELECT (SELECT 'caregiver'::text FROM target) AS my_role, d.* FROM (SELECT 1) AS one
                 LEFT JOIN LATERAL (

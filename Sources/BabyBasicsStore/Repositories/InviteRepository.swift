@@ -54,6 +54,7 @@ public struct InviteRepository: Sendable {
                             INSERT INTO invites AS i (code, child_id, created_by\(expiresColumn))
                             SELECT \(code), \(childID), \(actingUser)\(expiresValue)
                             FROM me WHERE me.role = 'primary'
+                              AND NOT EXISTS (SELECT FROM invites taken WHERE taken.code = \(code))
                             RETURNING \(Invite.columns)
                         )
                         SELECT (SELECT role FROM me) AS my_role, created.* FROM (SELECT 1) AS one LEFT JOIN created ON true
@@ -62,9 +63,11 @@ public struct InviteRepository: Sendable {
                     let role = try row.decode(CaregiverRole?.self, column: "my_role")
                     guard let role else { throw StoreError.notFound }
                     guard role == .primary else { throw StoreError.forbidden(required: .primary) }
+                    // Another child's invite has this code: draw again.
+                    guard let codeColumn = row.columnIndex("code"), !row.isNull(at: codeColumn) else { continue }
                     return try row.decode(as: Invite.self)
                 } catch let error as PostgresError where error.constraint == "invites_pkey" {
-                    continue // a code collision (1 in 850 billion): draw again
+                    continue // a code collision (1 in 850 billion) in this child: draw again
                 }
             }
             throw StoreError.stateConflict(reason: "could not draw a free invite code; try again")
@@ -76,14 +79,19 @@ public struct InviteRepository: Sendable {
     /// Atomic and single use: of two people redeeming one code at once, exactly one gets in.
     /// An unknown code is `inviteNotFound`, an expired one `inviteExpired`, one used by someone
     /// else `inviteUsed`. Redeeming again as an existing member (or the same redeemer retrying)
-    /// succeeds without using the invite up.
+    /// succeeds without using the invite up. Codes are unique per child (`invites_pkey`, 0022)
+    /// and `create` never draws one another invite uses; a code that matches invites of two
+    /// children all the same is `inviteNotFound`, never a way into both.
     @discardableResult
     public func redeem(_ code: String, as actingUser: UUID) async throws -> UUID {
         guard let normalized = Self.normalize(code) else { throw StoreError.inviteNotFound }
         return try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH invite AS (
-                    SELECT code, child_id, expires_at, redeemed_by, redeemed_at FROM invites WHERE code = \(normalized) FOR UPDATE
+                    SELECT i.code, i.child_id, i.expires_at, i.redeemed_by, i.redeemed_at FROM invites i
+                    WHERE i.code = \(normalized)
+                      AND NOT EXISTS (SELECT FROM invites other WHERE other.code = i.code AND other.child_id <> i.child_id)
+                    FOR UPDATE OF i
                 ), already AS (
                     SELECT FROM caregivers cg JOIN invite ON cg.child_id = invite.child_id WHERE cg.user_id = \(actingUser)
                 ), joined AS (
@@ -94,7 +102,7 @@ public struct InviteRepository: Sendable {
                     RETURNING child_id
                 ), used AS (
                     UPDATE invites SET redeemed_by = \(actingUser), redeemed_at = now()
-                    WHERE code = \(normalized) AND EXISTS (SELECT FROM joined)
+                    WHERE code = \(normalized) AND child_id IN (SELECT child_id FROM joined)
                     RETURNING code
                 )
                 SELECT invite.child_id, invite.redeemed_by, invite.redeemed_at IS NOT NULL AS used,
@@ -125,15 +133,17 @@ public struct InviteRepository: Sendable {
         try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 WITH invite AS (
-                    SELECT code, child_id, redeemed_at FROM invites WHERE code = \(code)
-                ), me AS (
-                    SELECT cg.role FROM caregivers cg JOIN invite ON cg.child_id = invite.child_id WHERE cg.user_id = \(actingUser)
+                    SELECT i.code, i.child_id, i.redeemed_at, cg.role FROM invites i
+                    JOIN caregivers cg ON cg.child_id = i.child_id AND cg.user_id = \(actingUser)
+                    WHERE i.code = \(code)
+                    ORDER BY cg.role = 'primary' DESC, i.child_id LIMIT 1
                 ), revoked AS (
-                    DELETE FROM invites i WHERE i.code = \(code) AND i.redeemed_at IS NULL
-                      AND EXISTS (SELECT FROM me WHERE role = 'primary')
+                    DELETE FROM invites i USING invite
+                    WHERE i.code = invite.code AND i.child_id = invite.child_id AND i.redeemed_at IS NULL
+                      AND invite.role = 'primary'
                     RETURNING 1
                 )
-                SELECT (SELECT role FROM me), (SELECT redeemed_at IS NOT NULL FROM invite), (SELECT count(*) FROM revoked)
+                SELECT (SELECT role FROM invite), (SELECT redeemed_at IS NOT NULL FROM invite), (SELECT count(*) FROM revoked)
                 """)
             guard let row = rows.first else { throw StoreError.notFound }
             let (role, used, revoked) = try row.decode((CaregiverRole?, Bool?, Int).self)

@@ -79,12 +79,12 @@ public struct ChildCaregiver: Sendable, Equatable {
 extension EventRepository {
     /// The changes to the family state of the user's children (or of one child) after `cursor`.
     ///
-    /// Per child, every change draws its stamp after it took the child's row lock, held to
-    /// commit, so stamp order is commit order: a page delivers, per child, every committed
+    /// Per child, every change takes its stamp from the child's counter row, whose lock is held
+    /// to commit, so stamp order is commit order: a page delivers, per child, every committed
     /// change above the cursor's position in stamp order, and nothing uncommitted. No other
     /// transaction, child or database can hold the feed back. Never a change twice, never one
     /// skipped (see `Migrations/0011_sync_per_child.sql` and
-    /// `Migrations/0013_sync_stamps_from_one_sequence.sql`).
+    /// `Migrations/0022_citus_ready_keys_and_counters.sql`).
     ///
     /// A cursor naming a child the user no longer sees gets `.accessRevoked` for it; one the
     /// server cannot continue gets `.resyncRequired` and the child's whole state. A cursor of

@@ -1,4 +1,4 @@
--- 0022_schema_version_for_every_role.sql
+-- 0023_schema_version_for_every_role.sql
 --
 -- schema_version(): the newest migration applied to this database, readable by
 -- every role.
@@ -15,7 +15,7 @@
 -- nothing else of the history is exposed. NULL when the history table does not
 -- exist (the schema was created without bbmigrate, e.g. by psql -f).
 --
---     SELECT schema_version();   -- 22
+--     SELECT schema_version();   -- 23
 
 CREATE FUNCTION schema_version() RETURNS integer
 LANGUAGE plpgsql STABLE SECURITY DEFINER
