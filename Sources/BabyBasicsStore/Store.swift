@@ -44,6 +44,30 @@ public struct Store: Sendable {
         routing = Routing(primary: pool, router: replica.map { ReplicaRouter(primary: pool, replica: $0, options: replicaOptions) })
     }
 
+    /// The WAL position of `user`'s last write through this store, while reads may still have
+    /// to wait for it (nil without a replica, or when the replica has it already). A service
+    /// with several instances hands it to the client (a cookie, a header) and back to
+    /// ``requireReads(of:toSee:)`` on whichever instance serves the next read: this store
+    /// tracks only the writes made through it.
+    ///
+    /// ```swift
+    /// if let position = store.lastWritePosition(of: userID) { cookies["bb_read_after"] = position.description }
+    /// ```
+    public func lastWritePosition(of user: UUID) -> WALPosition? {
+        routing.router?.position(of: user).map(WALPosition.init)
+    }
+
+    /// Makes `user`'s reads through this store see `position` (a write made through another
+    /// instance of the service): they wait for the replica to replay it, or read the primary.
+    /// Does nothing without a replica.
+    ///
+    /// ```swift
+    /// if let text = cookies["bb_read_after"], let position = WALPosition(text) { store.requireReads(of: userID, toSee: position) }
+    /// ```
+    public func requireReads(of user: UUID, toSee position: WALPosition) {
+        routing.router?.require(position.value, for: user)
+    }
+
     /// The replica's state as last checked (nil without a replica). `refresh` checks it now.
     ///
     /// ```swift

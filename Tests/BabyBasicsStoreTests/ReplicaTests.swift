@@ -225,6 +225,29 @@ import Testing
         #expect(try metrics.expectGauge("babybasics.store.replica_lag_seconds", [("replica", "replica")]).lastValue.map { $0 >= 0 } == true)
     }
 
+    /// Two instances of a service, each with its own store over the same primary and
+    /// replica: a write through one is not known to the other, so the other reads the stale
+    /// replica, until the position is carried over (as a cookie or header would).
+    @Test func aWritePositionCarriesReadYourWritesToAnotherInstance() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.close() } }
+        let (parent, child) = try await fixture.family()
+        let other = Store(pool: fixture.store.pool, replica: fixture.store.replica, replicaOptions: ReplicaOptions(healthCheckInterval: .milliseconds(50)))
+        try await fixture.catchUp()
+        _ = await other.replicaStatus(refresh: true)
+        try await fixture.pauseReplay()
+        let diaper = try await fixture.store.events.log(EventDraft(
+            childID: child.id, payload: .diaper(.wet), start: EventTimestamp(utc: Self.now.addingTimeInterval(-60), timeZone: "UTC", offsetSeconds: 0)), as: parent.id)
+        let position = try #require(fixture.store.lastWritePosition(of: parent.id))
+        #expect(WALPosition(position.description) == position)
+        // The other instance knows nothing of it: its read goes to the paused replica.
+        #expect(try await other.events.dashboard(for: child.id, now: Self.now, as: parent.id).lastDiaper == nil)
+        // Carried over, the read sees the write.
+        other.requireReads(of: parent.id, toSee: position)
+        #expect(try await other.events.dashboard(for: child.id, now: Self.now, as: parent.id).lastDiaper?.id == diaper.id)
+        #expect(WALPosition("not/an/lsn") == nil && WALPosition("G/0") == nil && WALPosition("16/B374D848")?.value == 0x16_B374_D848)
+    }
+
     @Test func anUnreachableReplicaIsSkippedAndReadsStillAnswer() async throws {
         let nobody = try EmbeddedPostgres.freePort()
         let fixture = try await Fixture.make(replicaURL: { "postgresql://postgres@127.0.0.1:\(nobody)/\($0)?sslmode=disable" })

@@ -35,6 +35,33 @@ public struct ReplicaOptions: Sendable {
     }
 }
 
+/// A position in the primary's write-ahead log (`pg_lsn`): "a read must see everything up to
+/// here". Written as PostgreSQL writes an LSN (`16/B374D848`), so it fits in a cookie or a
+/// header between the instances of a service.
+///
+/// ```swift
+/// if let position = store.lastWritePosition(of: userID) { response.headers["BB-Read-After"] = position.description }
+/// ```
+public struct WALPosition: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public let value: UInt64
+
+    public init(_ value: UInt64) { self.value = value }
+
+    /// Parses `16/B374D848`; nil for anything else.
+    public init?(_ text: String) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, (1...8).contains(parts[0].count), (1...8).contains(parts[1].count),
+              let high = UInt64(parts[0], radix: 16), let low = UInt64(parts[1], radix: 16) else { return nil }
+        value = high << 32 | low
+    }
+
+    public var description: String {
+        String(value >> 32, radix: 16, uppercase: true) + "/" + String(value & 0xFFFF_FFFF, radix: 16, uppercase: true)
+    }
+
+    public static func < (lhs: WALPosition, rhs: WALPosition) -> Bool { lhs.value < rhs.value }
+}
+
 /// What the store knows of its replica, for dashboards and tests.
 ///
 /// ```swift
@@ -160,6 +187,21 @@ final class ReplicaRouter: Sendable {
                 state.floor = max(state.floor, highest)
                 state.lastWrite.removeAll(keepingCapacity: true)
             }
+            let previous = state.lastWrite[user]?.position ?? 0
+            state.lastWrite[user] = (max(previous, position), now)
+        }
+    }
+
+    /// The position `user`'s reads must see (their last write here, or one carried in).
+    func position(of user: UUID) -> UInt64? {
+        state.withLock { state in state.lastWrite[user].map(\.position).flatMap { $0 == .max ? nil : $0 } }
+    }
+
+    /// `user`'s reads must see `position` too (a write made through another instance).
+    func require(_ position: UInt64, for user: UUID) {
+        let now = ContinuousClock.now
+        state.withLock { state in
+            guard position > state.replayed else { return }
             let previous = state.lastWrite[user]?.position ?? 0
             state.lastWrite[user] = (max(previous, position), now)
         }
