@@ -112,7 +112,9 @@ public struct Store: Sendable {
     ///
     /// Behind a transaction pooler (`configuration.pooler == .transaction`) nothing is added:
     /// the pooler refuses startup options, and with no named statements there is no plan cache
-    /// for the setting to steer.
+    /// for the setting to steer. Say `.transaction` explicitly behind PgBouncer: with the
+    /// default `.detect` the settings go into the startup packet, which PgBouncer refuses (the
+    /// connection error says so).
     public static func configured(_ configuration: PostgresConfiguration) -> PostgresConfiguration {
         guard configuration.pooler != .transaction else { return configuration }
         var configured = configuration

@@ -93,6 +93,16 @@ import Testing
 
     static let now = Date()
 
+    /// Pages `store`'s sync feed for `user` from the start to the end; the last cursor.
+    static func syncToTheEnd(_ store: Store, as user: UUID) async throws -> SyncCursor {
+        var cursor = SyncCursor.start
+        while true {
+            let page = try await store.events.changes(for: user, after: cursor)
+            cursor = page.next
+            if !page.hasMore { return cursor }
+        }
+    }
+
     @Test func theStandbyIsReadOnlyAndFollowsThePrimary() async throws {
         let fixture = try await Fixture.make()
         defer { Task { await fixture.close() } }
@@ -248,6 +258,44 @@ import Testing
         #expect(WALPosition("not/an/lsn") == nil && WALPosition("G/0") == nil && WALPosition("16/B374D848")?.value == 0x16_B374_D848)
     }
 
+    /// A child the replica does not show yet (the invite was redeemed through another
+    /// instance a moment ago) is not revoked from the device's cursor: only the primary
+    /// decides that.
+    @Test func aChildTheReplicaDoesNotShowYetIsNotRevoked() async throws {
+        let fixture = try await Fixture.make()
+        defer { Task { await fixture.close() } }
+        let (parent, child) = try await fixture.family()
+        let partner = try await fixture.store.users.create(email: "r-\(UUID().uuidString.prefix(8))@example.com", displayName: "Partner")
+        let invite = try await fixture.store.invites.create(for: child.id, as: parent.id)
+        try await fixture.catchUp()
+        try await fixture.pauseReplay()
+        let primaryOnly = Store(pool: fixture.store.pool)
+        _ = try await primaryOnly.invites.redeem(invite.code, as: partner.id)
+        let cursor = try await Self.syncToTheEnd(primaryOnly, as: partner.id)
+        #expect(cursor.positions[child.id] != nil)
+        let next = try await fixture.store.events.changes(for: partner.id, after: cursor)
+        #expect(next.notices.isEmpty, "\(next.notices)")
+        #expect(next.next.positions[child.id] == cursor.positions[child.id])
+    }
+
+    /// An idle primary whose WAL position stands just after a page header (here after a
+    /// segment switch) is not a lagging replica: the replay position never passes the header.
+    @Test func anIdlePrimaryAfterASegmentSwitchDoesNotLookLagging() async throws {
+        let fixture = try await Fixture.make(options: ReplicaOptions(maximumLag: .milliseconds(200), healthCheckInterval: .milliseconds(20)))
+        defer { Task { await fixture.close() } }
+        let (parent, child) = try await fixture.family()
+        _ = try await fixture.primaryAdmin.fetchValue(String.self, "SELECT pg_switch_wal()::text")
+        try await fixture.catchUp()
+        for _ in 0..<5 {
+            try await Task.sleep(for: .milliseconds(100))
+            let status = try #require(await fixture.store.replicaStatus(refresh: true))
+            #expect(status.usable, "\(status)")
+        }
+        // And a read after one's own write right at such a position still reaches the replica.
+        _ = try await fixture.store.events.dashboard(for: child.id, now: Self.now, as: parent.id)
+        #expect(try #require(await fixture.store.replicaStatus()).reads.replica >= 1)
+    }
+
     @Test func anUnreachableReplicaIsSkippedAndReadsStillAnswer() async throws {
         let nobody = try EmbeddedPostgres.freePort()
         let fixture = try await Fixture.make(replicaURL: { "postgresql://postgres@127.0.0.1:\(nobody)/\($0)?sslmode=disable" })
@@ -292,13 +340,7 @@ import Testing
         // what the replica has (a change made after the pause).
         _ = try await fixture.diaperByHand(for: child, by: parent, at: Self.now.addingTimeInterval(-120))
         let primaryOnly = Store(pool: fixture.store.pool)
-        var cursor = SyncCursor.start
-        var page = try await primaryOnly.events.changes(for: parent.id, after: cursor)
-        while true {
-            cursor = page.next
-            guard page.hasMore else { break }
-            page = try await primaryOnly.events.changes(for: parent.id, after: cursor)
-        }
+        let cursor = try await Self.syncToTheEnd(primaryOnly, as: parent.id)
         // On this instance the parent wrote nothing since: the read may go to the replica,
         // which is behind the cursor. No resync, nothing lost, the cursor does not go back.
         let next = try await fixture.store.events.changes(for: parent.id, after: cursor)

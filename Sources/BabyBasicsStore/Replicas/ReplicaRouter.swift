@@ -132,6 +132,9 @@ final class ReplicaRouter: Sendable {
         var lag: Duration?
         var checkedAt: ContinuousClock.Instant?
         var checking = false
+        /// When a read last found the replica failing: a health check that started earlier
+        /// must not mark it usable again.
+        var failedAt: ContinuousClock.Instant?
         /// The primary's WAL position over time, to measure the lag.
         var samples: [(at: ContinuousClock.Instant, position: UInt64)] = []
         var counts = ReadCounts()
@@ -162,6 +165,18 @@ final class ReplicaRouter: Sendable {
     }
 
     static let positionSQL: SQL = "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
+
+    /// The end of the WAL written so far, from `pg_current_wal_insert_lsn()`: when that stands
+    /// just after a page header (the last record filled its page, or a segment was switched),
+    /// the header is not yet followed by any record, and a standby's replay position stops
+    /// before it. Offsets 24 (a page's header) and 40 (a segment's first page) can only mean
+    /// that: a record ends at least 24 bytes after a header. Without this an idle primary
+    /// looked like a replica lagging forever, and a read waited for bytes that never come.
+    static func writtenEnd(_ insertPosition: Int64) -> UInt64 {
+        let position = UInt64(clamping: insertPosition)
+        let offset = position % 8192
+        return offset == 24 || offset == 40 ? position - offset : position
+    }
     static let replicaSQL: SQL = "SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"
     static let replaySQL: SQL = "SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"
 
@@ -176,25 +191,29 @@ final class ReplicaRouter: Sendable {
     func noteWrite(by user: UUID) async {
         let position: UInt64
         do {
-            position = UInt64(clamping: try await primary.fetchValue(Int64.self, Self.positionSQL) ?? Int64.max)
+            guard let answer = try await primary.fetchValue(Int64.self, Self.positionSQL) else { throw CancellationError() }
+            position = Self.writtenEnd(answer)
         } catch {
             position = .max
         }
         let now = ContinuousClock.now
         state.withLock { state in
             if state.lastWrite.count >= options.trackedUsers, state.lastWrite[user] == nil {
+                // Fold the known positions into the floor; users whose position is unknown
+                // stay (their reads go to the primary until it is pruned).
                 let highest = state.lastWrite.values.map(\.position).filter { $0 != .max }.max() ?? 0
                 state.floor = max(state.floor, highest)
-                state.lastWrite.removeAll(keepingCapacity: true)
+                state.lastWrite = state.lastWrite.filter { $0.value.position == .max }
             }
             let previous = state.lastWrite[user]?.position ?? 0
             state.lastWrite[user] = (max(previous, position), now)
         }
     }
 
-    /// The position `user`'s reads must see (their last write here, or one carried in).
+    /// The position `user`'s reads must see (their last write here, or one carried in);
+    /// `.max` when unknown (read the primary).
     func position(of user: UUID) -> UInt64? {
-        state.withLock { state in state.lastWrite[user].map(\.position).flatMap { $0 == .max ? nil : $0 } }
+        state.withLock { state in state.lastWrite[user]?.position }
     }
 
     /// `user`'s reads must see `position` too (a write made through another instance).
@@ -256,7 +275,7 @@ final class ReplicaRouter: Sendable {
     func replicaFailed(_ error: PostgresError) {
         count(\.primaryAfterReplicaFailed)
         markUnusable("down: \(error.kind.rawValue)")
-        state.withLock { $0.checkedAt = .now }
+        state.withLock { $0.checkedAt = .now; $0.failedAt = .now }
     }
 
     /// Whether a replica read failed for a reason of the replica (so the primary may answer).
@@ -294,6 +313,7 @@ final class ReplicaRouter: Sendable {
     /// Compares the replica's replay position with the primary's WAL position and decides
     /// whether the replica may serve reads. Runs at most once at a time.
     func checkHealth() async {
+        let started = ContinuousClock.now
         defer { state.withLock { $0.checking = false; $0.checkedAt = .now } }
         let deadline = max(options.healthCheckInterval, .milliseconds(500))
         let primaryPosition = try? await primary.fetchValue(Int64.self, Self.positionSQL, timeout: deadline)
@@ -313,7 +333,9 @@ final class ReplicaRouter: Sendable {
             return
         }
         guard answer.0, let replayedNow = answer.1 else {
-            markUnusable("not a standby (pg_is_in_recovery() is false): it may have been promoted")
+            markUnusable(answer.0
+                ? "not replaying yet (pg_last_wal_replay_lsn() is NULL: the standby is still starting)"
+                : "not a standby (pg_is_in_recovery() is false): it may have been promoted")
             return
         }
         let replayed = UInt64(clamping: replayedNow)
@@ -321,11 +343,15 @@ final class ReplicaRouter: Sendable {
         let lag: Duration? = state.withLock { state in
             state.replayed = max(state.replayed, replayed)
             if let primaryPosition {
-                state.samples.append((sampledAt, UInt64(clamping: primaryPosition)))
+                state.samples.append((sampledAt, Self.writtenEnd(primaryPosition)))
                 if state.samples.count > 256 { state.samples.removeFirst(state.samples.count - 256) }
             }
-            // Write positions the replica has replayed no longer need remembering.
-            state.lastWrite = state.lastWrite.filter { $0.value.position > state.replayed && !($0.value.position == .max && $0.value.at.duration(to: now) > .seconds(60)) }
+            // Write positions the replica has replayed no longer need remembering, nor ones
+            // older than the lag a usable replica may have: it has replayed those (and an
+            // unusable one serves nobody). An unknown (.max) or made-up position thus sends
+            // its user to the primary for a few seconds, not for good.
+            let horizon = (options.maximumLag + options.healthCheckInterval) * 2
+            state.lastWrite = state.lastWrite.filter { $0.value.position > state.replayed && $0.value.at.duration(to: now) < horizon }
             // The lag: how long ago the primary was at a position the replica has replayed.
             guard let newest = state.samples.last else { return nil }
             if state.replayed >= newest.position { return .zero }
@@ -338,6 +364,7 @@ final class ReplicaRouter: Sendable {
             return
         }
         let recovered = state.withLock { state -> String? in
+            if let failedAt = state.failedAt, failedAt > started { return nil } // a read saw it fail meanwhile
             let was = state.usable ? nil : state.reason
             state.usable = true
             state.reason = nil

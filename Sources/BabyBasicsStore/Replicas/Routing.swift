@@ -28,14 +28,20 @@ struct Routing: Sendable {
         }
     }
 
-    /// A write by `user`: afterwards, their reads must see it (see `ReplicaRouter.noteWrite`).
+    /// A write by `user`: afterwards, their reads must see it (see `ReplicaRouter.noteWrite`),
+    /// also when its outcome is unknown (it may have committed).
     func writing<T>(
         as user: UUID, isolation: isolated (any Actor)? = #isolation,
         _ body: () async throws -> T
     ) async throws -> T {
-        let result = try await mappingErrors(primary.logger, body)
-        if let router { await router.noteWrite(by: user) }
-        return result
+        do {
+            let result = try await mappingErrors(primary.logger, body)
+            if let router { await router.noteWrite(by: user) }
+            return result
+        } catch StoreError.outcomeUnknown(let reason) {
+            if let router { await router.noteWrite(by: user) }
+            throw StoreError.outcomeUnknown(reason: reason)
+        }
     }
 
     /// Whether `pool` is the replica's.

@@ -15,6 +15,27 @@ import Postgres
 public struct EventRepository: Sendable {
     let routing: Routing
     var pool: PostgresPool { routing.primary }
+    /// Set by ``scoped(to:)``: calls that name an event by id look for it in this child only.
+    var scope: UUID?
+
+    /// The same repository, naming events by id within `child` only: what a route such as
+    /// `/children/:childId/events/:eventId` means. Event ids are unique per child (migration
+    /// 0022), so a caregiver of two families could otherwise reach the other child's event
+    /// that happens to carry the same id. Unscoped, a call picks the one it finds first.
+    ///
+    /// ```swift
+    /// let edited = try await store.events.scoped(to: childID).update(eventID, with: changes, expectedRevision: 3, as: userID)
+    /// ```
+    public func scoped(to child: UUID) -> EventRepository {
+        var copy = self
+        copy.scope = child
+        return copy
+    }
+
+    /// `AND alias.child_id = <scope>` when scoped; nothing otherwise.
+    func inScope(_ alias: String) -> SQL {
+        scope.map { "AND \(identifier: alias).child_id = \($0)" } ?? ""
+    }
 
     // MARK: Logging
 
@@ -96,6 +117,10 @@ public struct EventRepository: Sendable {
             let result = try await retryingSafeErrors(pool.logger, body)
             if let router = routing.router { await router.noteWrite(by: actingUser) }
             return result
+        } catch StoreError.outcomeUnknown(let reason) {
+            // It may have committed: the user's reads must not hide it if it did.
+            if let router = routing.router { await router.noteWrite(by: actingUser) }
+            throw StoreError.outcomeUnknown(reason: reason)
         } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
             let sleep = error.constraint == "events_one_active_sleep"
             // The refusal was the index's; this read only fetches the winner for the message.
@@ -119,8 +144,8 @@ public struct EventRepository: Sendable {
 
     /// The child of an event among the children `user` cares for, as a SQL expression. An id
     /// is unique per child only (events_pkey, 0022): another family may use the same one.
-    static func childOf(_ eventID: UUID, for user: UUID) -> SQL {
-        "(SELECT o.child_id FROM events o WHERE o.id = \(eventID) AND \(Authorization.isCaregiver(of: "o.child_id", for: user)) LIMIT 1)"
+    func childOf(_ eventID: UUID, for user: UUID) -> SQL {
+        "(SELECT o.child_id FROM events o WHERE o.id = \(eventID) \(inScope("o")) AND \(Authorization.isCaregiver(of: "o.child_id", for: user)) LIMIT 1)"
     }
 
     /// Decodes `SELECT (…) AS my_role, r.* … LEFT JOIN r`: `notFound` for a non-member, `nil`
@@ -320,18 +345,19 @@ public struct EventRepository: Sendable {
 
     /// One event (deleted ones included) of a child the acting user cares for.
     public func get(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
-        try await routing.reading(as: actingUser) { pool in try await Self.fetch(eventID, as: actingUser, on: pool) }
+        try await routing.reading(as: actingUser) { pool in try await Self.fetch(eventID, in: scope, as: actingUser, on: pool) }
     }
 
     /// The event as the primary has it (inside a write's steps).
     func stored(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
-        try await mappingErrors(pool.logger) { try await Self.fetch(eventID, as: actingUser, on: pool) }
+        try await mappingErrors(pool.logger) { try await Self.fetch(eventID, in: scope, as: actingUser, on: pool) }
     }
 
-    static func fetch(_ eventID: UUID, as actingUser: UUID, on pool: PostgresPool) async throws -> Event {
+    static func fetch(_ eventID: UUID, in scope: UUID?, as actingUser: UUID, on pool: PostgresPool) async throws -> Event {
+        let scoped: SQL = scope.map { "AND e.child_id = \($0)" } ?? ""
         let rows = try await pool.query("""
             SELECT \(Event.columns) FROM events e
-            WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+            WHERE e.id = \(eventID) \(scoped) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
             """)
         guard let row = rows.first else { throw StoreError.notFound }
         return try Event.Row(row).event()
@@ -371,10 +397,10 @@ public struct EventRepository: Sendable {
     private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
         // The event is (id, child) among the user's children: another family's event with the
         // same id (events_pkey is unique per child, 0022) is never touched.
-        let rows = try await eventErrors(child: Self.childOf(eventID, for: actingUser), by: actingUser) {
+        let rows = try await eventErrors(child: childOf(eventID, for: actingUser), by: actingUser) {
             try await pool.query("""
                 WITH target AS (
-                    SELECT e.id, e.child_id FROM events e WHERE e.id = \(eventID) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                    SELECT e.id, e.child_id FROM events e WHERE e.id = \(eventID) \(inScope("e")) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
                     LIMIT 1
                 ), changed AS (
                     UPDATE events e SET \(set), updated_by = \(actingUser)
@@ -401,7 +427,7 @@ public struct EventRepository: Sendable {
             let rows = try await pool.query("""
                 WITH target AS (
                     SELECT t.id, t.child_id, t.event_type, t.start_time FROM events t
-                    WHERE t.id = \(eventID) AND \(Authorization.isCaregiver(of: "t.child_id", for: actingUser))
+                    WHERE t.id = \(eventID) \(inScope("t")) AND \(Authorization.isCaregiver(of: "t.child_id", for: actingUser))
                     LIMIT 1
                 )
                 SELECT (SELECT 'caregiver'::text FROM target) AS my_role, d.* FROM (SELECT 1) AS one

@@ -227,6 +227,9 @@ struct SyncPageBuilder {
             }
         }
         for child in cursor.positions.keys where !visible.contains(child) {
+            // A replica that has not replayed the membership yet (an invite redeemed a moment
+            // ago) must not revoke the child: only the primary decides that.
+            if onReplica && (only == nil || only == child) { throw ReplicaBehindCursor() }
             if only == nil || only == child {
                 notices.append(.accessRevoked(childID: child))
                 next[child] = nil
@@ -319,6 +322,7 @@ struct SyncPageBuilder {
 ///     switch change {
 ///     case .changed(let childID): await devices(following: childID).sendRefresh()
 ///     case .missedSome: await allDevices().sendRefresh()
+///     case .unavailable(let reason): logger.error("no push: \(reason)")
 ///     }
 /// }
 /// ```
@@ -328,6 +332,9 @@ public enum ChildChange: Sendable, Hashable {
     /// Changes may not have been heard: the listening connection was lost and replaced, or the
     /// consumer fell more than 10,000 changes behind. Refresh everyone you follow.
     case missedSome
+    /// Listening cannot work with the store's `listenConfiguration` (it goes through a
+    /// connection pooler): `reason` says what to do. The sequence ends after it.
+    case unavailable(reason: String)
 }
 
 extension Store {
@@ -353,9 +360,11 @@ extension Store {
                     case .reconnected, .overflowed: deliver(.missedSome)
                     case .notification(let notification):
                         if let child = UUID(uuidString: notification.payload) { deliver(.changed(childID: child)) }
-                    case .failed:
+                    case .failed(let reason):
                         // Listening cannot work here (through a pooler); the listener logged why.
-                        break
+                        continuation.yield(.unavailable(reason: reason))
+                        continuation.finish()
+                        return
                     }
                 }
                 continuation.finish()

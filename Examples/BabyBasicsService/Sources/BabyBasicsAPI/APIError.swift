@@ -59,6 +59,9 @@ struct ErrorResponses: RouterMiddleware {
             var response = body(.serviceUnavailable, ["error": "busy", "message": "the database is busy or unreachable; try again shortly"])
             response.headers[.retryAfter] = "1"
             return response
+        case is CancellationError:
+            // The client went away; nobody reads this answer.
+            return body(.serviceUnavailable, ["error": "cancelled", "message": "the request was cancelled"])
         default:
             logger.error("request failed", metadata: ["error.type": "\(type(of: error))"])
             return body(.internalServerError, ["error": "internal", "message": "something went wrong on the server; it was logged"])
@@ -84,7 +87,7 @@ struct ErrorResponses: RouterMiddleware {
         case .inviteNotFound:
             return body(.notFound, ["error": "invite_not_found", "message": error.description])
         case .outcomeUnknown:
-            var response = body(.serviceUnavailable, ["error": "outcome_unknown", "message": "the database may or may not have saved this; send the same request again (events are idempotent by id)"])
+            var response = body(.serviceUnavailable, ["error": "outcome_unknown", "message": "the database may or may not have saved this: read it back before sending it again (a POST of an event with the same id is always safe to repeat)"])
             response.headers[.retryAfter] = "1"
             return response
         case .invalid(let field, let reason):
@@ -96,7 +99,8 @@ struct ErrorResponses: RouterMiddleware {
     /// unreachable, restarting or out of connections.
     static func isBusy(_ error: PostgresError) -> Bool {
         switch error.kind {
-        case .poolTimeout, .poolClosed, .connectionFailure, .adminShutdown, .timeout: return true
+        case .poolTimeout, .poolClosed, .connectionFailure, .adminShutdown, .timeout,
+             .serializationFailure, .deadlockDetected, .lockNotAvailable: return true   // the last three: still so after the store's retries
         default: return error.sqlState?.hasPrefix("53") == true || error.sqlState == "57P03"
         }
     }

@@ -40,7 +40,7 @@ public enum BabyBasicsAPI {
             let patch = try await JSONBody.decode(EventPatch.self, from: request)
             let event = try await routes.event(context)
             do {
-                let updated = try await store.events.update(event.id, with: try patch.changes(of: event), expectedRevision: patch.expectedRevision, as: try context.user())
+                let updated = try await routes.events(context).update(event.id, with: try patch.changes(of: event), expectedRevision: patch.expectedRevision, as: try context.user())
                 return JSONBody.response(.ok, EventJSON(updated))
             } catch StoreError.conflict(let current) {
                 throw APIError.editConflict(current: current, yours: patch)
@@ -49,12 +49,12 @@ public enum BabyBasicsAPI {
         api.delete("/children/:childId/events/:eventId") { request, context in
             let event = try await routes.event(context)
             let expected = try routes.revision(request)
-            return JSONBody.response(.ok, EventJSON(try await store.events.softDelete(event.id, expectedRevision: expected, as: try context.user())))
+            return JSONBody.response(.ok, EventJSON(try await routes.events(context).softDelete(event.id, expectedRevision: expected, as: try context.user())))
         }
         api.post("/children/:childId/events/:eventId/restore") { request, context in
             let event = try await routes.event(context)
             let expected = try routes.revision(request)
-            return JSONBody.response(.ok, EventJSON(try await store.events.restore(event.id, expectedRevision: expected, as: try context.user())))
+            return JSONBody.response(.ok, EventJSON(try await routes.events(context).restore(event.id, expectedRevision: expected, as: try context.user())))
         }
 
         api.post("/children/:childId/sleep/start") { request, context in
@@ -74,26 +74,26 @@ public enum BabyBasicsAPI {
             let user = try context.user()
             var bottle = try await store.events.prepareBottle(
                 for: try routes.child(context), id: body.id ?? UUID(), preparedMl: prepared, at: try body.moment(now: now()), notes: body.notes, as: user)
-            if body.refrigerated == true { bottle = try await store.events.setRefrigerated(bottle.id, as: user) }
+            if body.refrigerated == true { bottle = try await store.events.scoped(to: bottle.childID).setRefrigerated(bottle.id, as: user) }
             return JSONBody.response(.created, EventJSON(bottle))
         }
         api.post("/children/:childId/bottles/:eventId/start") { request, context in
             let body = try await routes.step(request)
             let bottle = try await routes.event(context)
-            let started = try await store.events.startFeeding(bottle.id, at: body.at ?? now(), expectedRevision: body.expectedRevision, as: try context.user())
+            let started = try await routes.events(context).startFeeding(bottle.id, at: body.at ?? now(), expectedRevision: body.expectedRevision, as: try context.user())
             return JSONBody.response(.ok, EventJSON(started))
         }
         api.post("/children/:childId/bottles/:eventId/finish") { request, context in
             let body = try await routes.step(request)
             guard let remaining = body.remainingMl else { throw APIError.invalid(field: "remaining_ml", reason: "is required (mL left in the bottle)") }
             let bottle = try await routes.event(context)
-            let finished = try await store.events.finishFeeding(bottle.id, remainingMl: remaining, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
+            let finished = try await routes.events(context).finishFeeding(bottle.id, remainingMl: remaining, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
             return JSONBody.response(.ok, StepResult(event: EventJSON(finished.event), summary: nil, minutes: nil, consumedMl: finished.consumedMl))
         }
         api.post("/children/:childId/bottles/:eventId/discard") { request, context in
             let body = try await routes.step(request)
             let bottle = try await routes.event(context)
-            let discarded = try await store.events.discard(bottle.id, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
+            let discarded = try await routes.events(context).discard(bottle.id, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
             return JSONBody.response(.ok, EventJSON(discarded))
         }
 
@@ -153,9 +153,13 @@ struct Routes: Sendable {
     /// The `:eventId` of the path, as an event of the path's child the user may see (404 otherwise).
     func event(_ context: APIContext) async throws -> Event {
         guard let text = context.parameters.get("eventId"), let id = UUID(uuidString: text) else { throw StoreError.notFound }
-        let event = try await store.events.get(id, as: try context.user())
-        guard event.childID == (try child(context)) else { throw StoreError.notFound }
-        return event
+        return try await events(context).get(id, as: try context.user())
+    }
+
+    /// The event repository scoped to the path's child: ids are unique per child, so an
+    /// event id names an event of this child only.
+    func events(_ context: APIContext) throws -> EventRepository {
+        store.events.scoped(to: try child(context))
     }
 
     /// `?expected_revision=N`, if given.
@@ -202,8 +206,11 @@ struct Routes: Sendable {
         return PostgresDate(day, in: zone)
     }
 
-    /// The CSV export, streamed as it is read (a server-side cursor, 500 rows a batch).
-    /// Membership is checked before the first byte, so a stranger gets 404, not a broken stream.
+    /// The CSV export, streamed as it is read (a server-side cursor, 500 rows a batch), at the
+    /// client's pace (`ChunkHandoff`). Membership is checked before the first byte, so a
+    /// stranger gets 404, not a broken stream. Exports read the primary or the replica like
+    /// other reads; a long one on a replica can be cancelled by replay conflicts
+    /// (`max_standby_streaming_delay`), which the client sees as a cut-off file.
     func export(_ request: Request, _ context: APIContext) async throws -> Response {
         let user = try context.user()
         let childID = try child(context)
@@ -216,23 +223,27 @@ struct Routes: Sendable {
         default: throw APIError.invalid(field: "range", reason: "must be 24h, 7d, 30d or all")
         }
         _ = try await store.children.get(childID, as: user)
-        let (chunks, continuation) = AsyncThrowingStream<ByteBuffer, any Error>.makeStream()
+        let handoff = ChunkHandoff()
         let store = self.store
         let now = self.now()
-        let task = Task {
+        let logger = context.logger
+        Task {
             do {
                 try await store.events.exportCSV(for: childID, range: range, now: now, as: user) { chunk in
-                    continuation.yield(ByteBuffer(string: chunk))
+                    try await handoff.send(ByteBuffer(string: chunk))
                 }
-                continuation.finish()
+                await handoff.finish(nil)
+            } catch is CancellationError {
+                await handoff.finish(CancellationError())
             } catch {
-                continuation.finish(throwing: error)
+                // After the 200 and the first rows: the client sees a cut-off file, the log why.
+                logger.error("CSV export failed mid-stream", metadata: ["error.type": "\(type(of: error))"])
+                await handoff.finish(error)
             }
         }
-        continuation.onTermination = { _ in task.cancel() }
         return Response(
             status: .ok,
             headers: [.contentType: "text/csv; charset=utf-8", .contentDisposition: "attachment; filename=\"babybasics-\(childID).csv\""],
-            body: ResponseBody(asyncSequence: chunks))
+            body: ResponseBody(asyncSequence: HandoffChunks(handoff: handoff)))
     }
 }

@@ -93,6 +93,35 @@ import Testing
         #expect(try await fixture.admin.fetchValue(String.self, "SELECT notes FROM events WHERE id = \(id)") == "after the bath")
     }
 
+    /// Event ids are unique per child (migration 0022). A caregiver of two families, each with
+    /// an event of the same id, edits and reads the one the path names, never the other.
+    @Test func theSameEventIdInTwoFamiliesIsAddressedByItsChild() async throws {
+        let fixture = try await ServiceFixture.make()
+        defer { Task { await fixture.close() } }
+        let (ana, childA, anaToken) = try await fixture.family("Ana")
+        let (bo, childB, boToken) = try await fixture.family("Bo")
+        let invite = try await fixture.store.invites.create(for: childB.id, as: bo.id)
+        _ = try await fixture.store.invites.redeem(invite.code, as: ana.id)
+        let id = UUID()
+        #expect(try await fixture.call(.POST, "/children/\(childA.id)/events", token: anaToken, json: Self.diaper(id, "both")).status == 201)
+        #expect(try await fixture.call(.POST, "/children/\(childB.id)/events", token: boToken, json: Self.diaper(id, "wet")).status == 201)
+        for (child, note) in [(childA.id, "in A"), (childB.id, "in B")] {
+            let edited = try await fixture.call(.PATCH, "/children/\(child)/events/\(id)", token: anaToken, json: #"{"expected_revision":1,"notes":"\#(note)"}"#)
+            #expect(edited.status == 200, "\(edited.text)")
+            #expect(edited.json["child_id"] as? String == child.uuidString)
+        }
+        #expect(try await fixture.admin.fetchValue(String.self, "SELECT notes FROM events WHERE id = \(id) AND child_id = \(childA.id)") == "in A")
+        #expect(try await fixture.admin.fetchValue(String.self, "SELECT notes FROM events WHERE id = \(id) AND child_id = \(childB.id)") == "in B")
+        let inA = try await fixture.call(.GET, "/children/\(childA.id)/events/\(id)", token: anaToken)
+        let inB = try await fixture.call(.GET, "/children/\(childB.id)/events/\(id)", token: anaToken)
+        #expect((inA.json["data"] as? [String: Any])?["contents"] as? String == "both")
+        #expect((inB.json["data"] as? [String: Any])?["contents"] as? String == "wet")
+        let deleted = try await fixture.call(.DELETE, "/children/\(childB.id)/events/\(id)", token: anaToken)
+        #expect(deleted.status == 200)
+        #expect(try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM events WHERE id = \(id) AND deleted_at IS NOT NULL") == 1)
+        #expect(try await fixture.admin.fetchValue(Bool.self, "SELECT deleted_at IS NULL FROM events WHERE id = \(id) AND child_id = \(childA.id)") == true)
+    }
+
     @Test func deleteIsSoftAndRestoreBringsItBack() async throws {
         let fixture = try await ServiceFixture.make()
         defer { Task { await fixture.close() } }
