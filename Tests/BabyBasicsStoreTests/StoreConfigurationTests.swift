@@ -52,3 +52,46 @@ import Testing
         await fixture.admin.close()
     }
 }
+
+/// Push through a transaction pooler cannot work: `childChanges()` says so and ends, instead
+/// of going quiet. With a direct listen configuration it delivers (the good case).
+@Suite struct ChildChangesThroughAPoolerTests {
+    @Test func pushThroughAPoolerEndsWithUnavailable() async throws {
+        let fixture = try await StoreFixture.make()
+        let bouncer = try PgBouncer.start(in: fixture.database.cluster, mode: .transaction, poolSize: 2)
+        defer { bouncer.stop() }
+        var pooled = PostgresConfiguration(bouncer.connectionString(database: fixture.database.name))
+        pooled.pooler = .transaction
+        let store = Store(pool: fixture.store.pool, listenConfiguration: pooled)
+        var changes: [ChildChange] = []
+        for await change in store.childChanges() { changes.append(change) }
+        #expect(changes.count == 1)
+        guard case .unavailable(let reason)? = changes.first else { Issue.record("\(changes)"); return }
+        #expect(reason.contains("connection to PostgreSQL itself"))
+
+        let direct = Store(pool: fixture.store.pool, listenConfiguration: fixture.database.configuration)
+        let (user, child) = try await fixture.family()
+        let heard = HeardFlag()
+        let listening = Task {
+            for await change in direct.childChanges() where change == .changed(childID: child.id) {
+                await heard.set()
+                return
+            }
+        }
+        // Subscribed once a change logged now is heard (the listener may need a moment).
+        var attempt = 0
+        while await !heard.value, attempt < 50 {
+            attempt += 1
+            _ = try await direct.events.log(EventDraft(childID: child.id, payload: .diaper(.wet), start: EventTimestamp(utc: Date().addingTimeInterval(Double(-attempt * 60)), timeZone: "UTC", offsetSeconds: 0)), as: user.id)
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        listening.cancel()
+        #expect(await heard.value)
+        await fixture.admin.close()
+    }
+}
+
+actor HeardFlag {
+    var value = false
+    func set() { value = true }
+}
