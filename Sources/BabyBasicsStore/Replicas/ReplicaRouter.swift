@@ -164,19 +164,18 @@ final class ReplicaRouter: Sendable {
         lagGauge = Gauge(label: "babybasics.store.replica_lag_seconds", dimensions: [("replica", name)], factory: factory)
     }
 
-    static let positionSQL: SQL = "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"
+    /// The end of the WAL written so far. `pg_current_wal_insert_lsn()` stands just after a
+    /// page header when the last record filled its page or a segment was switched: no record
+    /// follows the header yet, and a standby's replay position stops before it. Offsets 24 (a
+    /// page's header) and 40 (a segment's first page) within a page of `wal_block_size` can
+    /// only mean that (a record ends at least 24 bytes after a header), so they count as the
+    /// page's start. Without this an idle primary looked like a replica lagging forever, and a
+    /// read waited for bytes that never come.
+    static let positionSQL: SQL = """
+        SELECT CASE WHEN w.p % w.b IN (24, 40) THEN w.p - w.p % w.b ELSE w.p END
+        FROM (SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint AS p, current_setting('wal_block_size')::bigint AS b) AS w
+        """
 
-    /// The end of the WAL written so far, from `pg_current_wal_insert_lsn()`: when that stands
-    /// just after a page header (the last record filled its page, or a segment was switched),
-    /// the header is not yet followed by any record, and a standby's replay position stops
-    /// before it. Offsets 24 (a page's header) and 40 (a segment's first page) can only mean
-    /// that: a record ends at least 24 bytes after a header. Without this an idle primary
-    /// looked like a replica lagging forever, and a read waited for bytes that never come.
-    static func writtenEnd(_ insertPosition: Int64) -> UInt64 {
-        let position = UInt64(clamping: insertPosition)
-        let offset = position % 8192
-        return offset == 24 || offset == 40 ? position - offset : position
-    }
     static let replicaSQL: SQL = "SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"
     static let replaySQL: SQL = "SELECT (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint"
 
@@ -192,7 +191,7 @@ final class ReplicaRouter: Sendable {
         let position: UInt64
         do {
             guard let answer = try await primary.fetchValue(Int64.self, Self.positionSQL) else { throw CancellationError() }
-            position = Self.writtenEnd(answer)
+            position = UInt64(clamping: answer)
         } catch {
             position = .max
         }
@@ -343,7 +342,7 @@ final class ReplicaRouter: Sendable {
         let lag: Duration? = state.withLock { state in
             state.replayed = max(state.replayed, replayed)
             if let primaryPosition {
-                state.samples.append((sampledAt, Self.writtenEnd(primaryPosition)))
+                state.samples.append((sampledAt, UInt64(clamping: primaryPosition)))
                 if state.samples.count > 256 { state.samples.removeFirst(state.samples.count - 256) }
             }
             // Write positions the replica has replayed no longer need remembering, nor ones
