@@ -20,7 +20,12 @@ import Testing
         let standby: TestDatabase
         let logs: LogCapture
 
-        static func make(options: ReplicaOptions = ReplicaOptions(healthCheckInterval: .milliseconds(50)), replicaURL: (@Sendable (_ database: String) -> String)? = nil, metrics: TestMetrics? = nil) async throws -> Fixture {
+        /// Tests that pause replay on purpose must not see the replica skipped as lagging when
+        /// a loaded machine makes them slow (a make test run took 37 s for one): only the
+        /// lag test sets a short bound.
+        static let patientLag: Duration = .seconds(600)
+
+        static func make(options: ReplicaOptions = ReplicaOptions(maximumLag: Self.patientLag, healthCheckInterval: .milliseconds(50)), replicaURL: (@Sendable (_ database: String) -> String)? = nil, metrics: TestMetrics? = nil) async throws -> Fixture {
             let (primary, standby) = try await TestReplication.shared.makeDatabase(template: "replica_store_template") { connection in
                 let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
                 let (cluster, _) = try await TestReplication.shared.pair()
@@ -163,7 +168,7 @@ import Testing
     }
 
     @Test func aReadWaitsForTheReplicaToReplayTheWriteWhenAllowed() async throws {
-        let fixture = try await Fixture.make(options: ReplicaOptions(readYourWritesWait: .seconds(20), healthCheckInterval: .milliseconds(50)))
+        let fixture = try await Fixture.make(options: ReplicaOptions(maximumLag: Fixture.patientLag, readYourWritesWait: .seconds(20), healthCheckInterval: .milliseconds(50)))
         defer { Task { await fixture.close() } }
         let (parent, child) = try await fixture.family()
         try await fixture.catchUp()
@@ -217,7 +222,7 @@ import Testing
     /// by target and reason.
     @Test func readsAndLagAreCounted() async throws {
         let metrics = TestMetrics()
-        let fixture = try await Fixture.make(options: ReplicaOptions(readYourWritesWait: .milliseconds(20), healthCheckInterval: .milliseconds(50)), metrics: metrics)
+        let fixture = try await Fixture.make(options: ReplicaOptions(maximumLag: Fixture.patientLag, readYourWritesWait: .milliseconds(20), healthCheckInterval: .milliseconds(50)), metrics: metrics)
         defer { Task { await fixture.close() } }
         let (parent, child) = try await fixture.family()
         try await fixture.catchUp()
@@ -242,7 +247,7 @@ import Testing
         let fixture = try await Fixture.make()
         defer { Task { await fixture.close() } }
         let (parent, child) = try await fixture.family()
-        let other = Store(pool: fixture.store.pool, replica: fixture.store.replica, replicaOptions: ReplicaOptions(healthCheckInterval: .milliseconds(50)))
+        let other = Store(pool: fixture.store.pool, replica: fixture.store.replica, replicaOptions: ReplicaOptions(maximumLag: Fixture.patientLag, healthCheckInterval: .milliseconds(50)))
         try await fixture.catchUp()
         _ = await other.replicaStatus(refresh: true)
         try await fixture.pauseReplay()
