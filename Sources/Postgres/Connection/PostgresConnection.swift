@@ -131,18 +131,7 @@ public actor PostgresConnection {
             try await withCheckedThrowingContinuation { continuation in
                 core.connect(keywords: keywords, values: values, deadline: deadline, description: target, continuation: continuation)
             }
-            let timeout = Duration.seconds(configuration.effectiveConnectTimeout)
-            switch configuration.pooler {
-            case .none: isBehindPooler = false
-            case .transaction: isBehindPooler = true
-            case .detect: isBehindPooler = try await answersForAnotherProcess(timeout: timeout)
-            }
-            if isBehindPooler {
-                try await checkSettingsBehindPooler(timeout: timeout)
-            } else {
-                // Pin what text results depend on, whatever the server's configuration says.
-                _ = try await perform(.simple(SessionSettings.pinSQL), text: SessionSettings.pinSQL, timeout: timeout)
-            }
+            try await prepareSession(timeout: .seconds(configuration.effectiveConnectTimeout))
         } catch {
             core.close()
             observer.connectFailed(target: target, error: error)
@@ -251,40 +240,54 @@ public actor PostgresConnection {
 }
 
 extension PostgresConnection {
-    /// Whether the process id the server reports differs from the one the connection was given
-    /// at startup: a pooler hands out cancel keys of its own. The simple protocol, so nothing
-    /// is prepared on a server session that may be shared.
-    func answersForAnotherProcess(timeout: Duration) async throws -> Bool {
-        let results = try await perform(.simple("SELECT pg_backend_pid()"), text: "SELECT pg_backend_pid()", timeout: timeout)
-        guard let result = results.first, result.rowCount == 1, result.columns.count == 1,
-              let bytes = result.cell(row: 0, column: 0).bytes,
-              let pid = Int32(String(decoding: bytes, as: UTF8.self)) else {
-            throw PostgresError(kind: .protocolViolation, message: "SELECT pg_backend_pid() did not answer with one process id: is this a PostgreSQL server?")
-        }
-        return pid != core.backendPID
-    }
-
-    /// Behind a pooler nothing can be `SET` for the session (it would reach other clients'
-    /// sessions, or be lost), so the settings text results depend on must already be right on
-    /// the server. `DateStyle` is the exception: PgBouncer keeps it per client, like
-    /// `client_encoding`.
-    func checkSettingsBehindPooler(timeout: Duration) async throws {
-        let sql = "SELECT current_setting('DateStyle'), current_setting('IntervalStyle'), current_setting('bytea_output'), current_setting('extra_float_digits')"
+    /// One round trip when the connection opens (the simple protocol, so nothing is prepared
+    /// on a server session that may be shared): the server's process id and the settings text
+    /// results are read with.
+    ///
+    /// - Whether a pooler sits in between (``PostgresConfiguration/Pooler/detect``): a pooler
+    ///   hands out cancel keys of its own, so the pid libpq was given differs from the
+    ///   server's `pg_backend_pid()`.
+    /// - Directly, settings that differ from the pinned ones are pinned
+    ///   (`SessionSettings.pinSQL`); most servers need nothing.
+    /// - Behind a pooler nothing can be `SET` for the session (it would reach other clients'
+    ///   sessions, or be lost), so wrong settings are refused by name. `DateStyle` is the
+    ///   exception: PgBouncer keeps it per client, like `client_encoding`.
+    func prepareSession(timeout: Duration) async throws {
+        let sql = "SELECT pg_backend_pid(), current_setting('DateStyle'), current_setting('IntervalStyle'), current_setting('bytea_output'), current_setting('extra_float_digits')"
         let results = try await perform(.simple(sql), text: sql, timeout: timeout)
-        guard let result = results.first, result.rowCount == 1, result.columns.count == 4 else {
-            throw PostgresError(kind: .protocolViolation, message: "the server did not report its output settings")
+        guard let result = results.first, result.rowCount == 1, result.columns.count == 5 else {
+            throw PostgresError(kind: .protocolViolation, message: "the server did not report its process id and output settings: is this a PostgreSQL server?")
         }
-        let values = (0..<4).map { column in result.cell(row: 0, column: column).bytes.map { String(decoding: $0, as: UTF8.self) } ?? "" }
+        let values = (0..<5).map { column in result.cell(row: 0, column: column).bytes.map { String(decoding: $0, as: UTF8.self) } ?? "" }
+        switch configuration.pooler {
+        case .none: isBehindPooler = false
+        case .transaction: isBehindPooler = true
+        case .detect:
+            guard let pid = Int32(values[0]) else {
+                throw PostgresError(kind: .protocolViolation, message: "pg_backend_pid() did not answer with a process id: is this a PostgreSQL server?")
+            }
+            isBehindPooler = pid != core.backendPID
+        }
+        // Floats read back exactly with extra_float_digits 1 or more from PostgreSQL 12 on
+        // (shortest exact output); before, only at 3.
+        let floatDigits = Int(values[4]) ?? 0
         var wrong: [String] = []
-        if values[1] != "postgres" { wrong.append("IntervalStyle = \(values[1]) (needs postgres)") }
-        if values[2] != "hex" { wrong.append("bytea_output = \(values[2]) (needs hex)") }
-        if (Int(values[3]) ?? 0) < 1 { wrong.append("extra_float_digits = \(values[3]) (needs 1 or more)") }
+        if values[2] != "postgres" { wrong.append("IntervalStyle = \(values[2]) (needs postgres)") }
+        if values[3] != "hex" { wrong.append("bytea_output = \(values[3]) (needs hex)") }
+        if serverVersion >= 120000 ? floatDigits < 1 : floatDigits < 3 { wrong.append("extra_float_digits = \(values[4]) (needs \(serverVersion >= 120000 ? 1 : 3) or more)") }
+        let isoDates = values[1].hasPrefix("ISO")
+        if !isBehindPooler {
+            if !wrong.isEmpty || !isoDates {
+                _ = try await perform(.simple(SessionSettings.pinSQL), text: SessionSettings.pinSQL, timeout: timeout)
+            }
+            return
+        }
         guard wrong.isEmpty else {
             throw PostgresError(
                 kind: .invalidConfiguration,
                 message: "behind a connection pooler this client cannot pin the output settings it reads text results with, and the server has \(wrong.joined(separator: ", ")). Set them for the role (ALTER ROLE app SET IntervalStyle = postgres; …), or connect to PostgreSQL directly")
         }
-        if !values[0].hasPrefix("ISO") {
+        if !isoDates {
             _ = try await perform(.simple("SET DateStyle TO ISO"), text: "SET DateStyle TO ISO", timeout: timeout)
         }
     }
