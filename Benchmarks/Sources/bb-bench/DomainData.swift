@@ -1,4 +1,6 @@
+import EmbeddedPostgres
 import Foundation
+import Migrator
 import Postgres
 
 /// Realistic data: N children × D days of 15-20 events a day (a night's sleep across
@@ -132,4 +134,34 @@ struct SplitMix {
         range.lowerBound + (range.upperBound - range.lowerBound) * Double(next() >> 11) / Double(1 << 53)
     }
     mutating func int(_ upperBound: Int) -> Int { Int(next() % UInt64(upperBound)) }
+}
+
+extension Runner {
+    /// A new database `name` on `cluster`, migrated, with `count` families of 30 days each
+    /// ending now, analyzed: the HTTP and scale-out groups' data.
+    func familyDatabase(_ cluster: EmbeddedPostgres, name: String, count: Int = 20) async throws
+        -> (url: String, admin: PostgresConnection, families: [DomainData.Family], end: Date) {
+        try await cluster.createDatabase(name)
+        let url = try cluster.connectionString(database: name)
+        try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
+        let admin = try await PostgresConnection.connect(url)
+        let end = Date()
+        let families = try await DomainData.families(admin, count: count, tag: name)
+        _ = try await DomainData.load(admin, families: families, days: 30, end: end)
+        try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) events")
+        return (url, admin, families, end)
+    }
+
+    /// Runs `call` twice (the first warms the statement cache: the second is the steady
+    /// state) and returns what the server logged during the second run (auto_explain's plans).
+    func loggedDuringSecondRun(_ cluster: EmbeddedPostgres, _ call: () async throws -> Void) async throws -> String {
+        try await call()
+        let before = (try? FileManager.default.attributesOfItem(atPath: cluster.logFile.path)[.size] as? Int) ?? 0
+        try await call()
+        try await Task.sleep(for: .milliseconds(200))
+        let handle = try FileHandle(forReadingFrom: cluster.logFile)
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(before))
+        return String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+    }
 }

@@ -94,14 +94,7 @@ extension Runner {
         ]
         var seqScans: [String] = []
         for (name, call) in cases {
-            try await call()
-            let before = (try? FileManager.default.attributesOfItem(atPath: cluster.logFile.path)[.size] as? Int) ?? 0
-            try await call()
-            try await Task.sleep(for: .milliseconds(200))
-            let handle = try FileHandle(forReadingFrom: cluster.logFile)
-            try handle.seek(toOffset: UInt64(before))
-            let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
-            try handle.close()
+            let text = try await loggedDuringSecondRun(cluster, call)
             try Data(text.utf8).write(to: folder.appendingPathComponent("growth-\(size)-\(name).txt"))
             if text.contains("Seq Scan on events") { seqScans.append(name) }
         }

@@ -38,14 +38,7 @@ extension Runner {
             notes.append("HTTP group skipped: wrk is not installed (make bench installs it with apt-get)")
             return
         }
-        try await cluster.createDatabase("http")
-        let url = try cluster.connectionString(database: "http")
-        try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
-        let admin = try await PostgresConnection.connect(url)
-        let end = Date()
-        let families = try await DomainData.families(admin, count: 20, tag: "http")
-        _ = try await DomainData.load(admin, families: families, days: 30, end: end)
-        try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) events")
+        let (url, admin, families, _) = try await familyDatabase(cluster, name: "http")
 
         let store = Store(configuration: PostgresConfiguration(url + "&options=-crole%3Dbabybasics_app"), options: PoolOptions(maximumConnections: 16))
         let authority = try await TokenAuthority(secret: "the benchmark's secret, long enough for HS256")

@@ -400,14 +400,7 @@ struct Runner {
             ("export-csv", { try await store.events.exportCSV(for: family.child, range: .allTime, as: family.user) { _ in } }),
         ]
         for (name, call) in cases {
-            try await call() // warm the statement cache: the second run is the steady state
-            let before = (try? FileManager.default.attributesOfItem(atPath: cluster.logFile.path)[.size] as? Int) ?? 0
-            try await call()
-            try await Task.sleep(for: .milliseconds(200))
-            let handle = try FileHandle(forReadingFrom: cluster.logFile)
-            try handle.seek(toOffset: UInt64(before))
-            let text = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
-            try handle.close()
+            let text = try await loggedDuringSecondRun(cluster, call)
             try Data(text.utf8).write(to: folder.appendingPathComponent("\(name).txt"))
             if name == "sync-page" && !quick {
                 // (Not with --quick: at a few thousand events any plan is fast, and the

@@ -33,14 +33,7 @@ extension Runner {
         let primary = EmbeddedPostgres(directory: URL(fileURLWithPath: base + "-p"), options: options)
         try await runOnDedicatedThread { _ = try primary.start() }
         defer { try? primary.stop(immediate: true); try? FileManager.default.removeItem(atPath: base + "-p") }
-        try await primary.createDatabase("scale")
-        let url = try primary.connectionString(database: "scale")
-        try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
-        let admin = try await PostgresConnection.connect(url)
-        let end = Date()
-        let families = try await DomainData.families(admin, count: 20, tag: "scale")
-        _ = try await DomainData.load(admin, families: families, days: 30, end: end)
-        try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) events")
+        let (url, admin, families, end) = try await familyDatabase(primary, name: "scale")
         log("scale-out: starting a standby (pg_basebackup -R)")
         let standby = try await runOnDedicatedThread { try primary.startStandby(at: URL(fileURLWithPath: base + "-s")) }
         defer { try? standby.stop(immediate: true); try? FileManager.default.removeItem(atPath: base + "-s") }
