@@ -13,6 +13,7 @@ public struct PostgresColumn: Sendable, Hashable {
 }
 
 /// Owns one libpq `PGresult`. Immutable after creation, so it is safe to share; freed on deinit.
+@usableFromInline
 final class ResultStorage: @unchecked Sendable {
     let result: OpaquePointer?
     let columns: [PostgresColumn]
@@ -64,7 +65,7 @@ final class ResultStorage: @unchecked Sendable {
         return index
     }
 
-    @inline(__always)
+    @usableFromInline
     func cell(row: Int, column: Int) -> PostgresCell {
         let info = columns[column]
         var bytes: UnsafeRawBufferPointer?
@@ -128,7 +129,7 @@ public struct PostgresRows: Sendable, RandomAccessCollection {
 /// let user = try row.decode(as: User.self)
 /// ```
 public struct PostgresRow: Sendable {
-    let storage: ResultStorage
+    @usableFromInline let storage: ResultStorage
     /// The row's position in its result.
     public let index: Int
 
@@ -153,6 +154,7 @@ public struct PostgresRow: Sendable {
     }
 
     /// Throws unless this row and `column` exist.
+    @usableFromInline
     func checkPosition<T>(column: Int, swiftType: T.Type) throws(PostgresDecodingError) {
         guard index >= 0, index < storage.rowCount else {
             throw PostgresDecodingError(
@@ -170,6 +172,10 @@ public struct PostgresRow: Sendable {
     public func columnIndex(_ name: String) -> Int? { storage.columnIndex[name] }
 
     /// The value at position `column`.
+    ///
+    /// Inlinable, like the tuple form below: the caller's module specializes it for `T`, so
+    /// decoding a row calls each type's decoder directly (no generic dispatch per cell).
+    @inlinable
     public func decode<T: PostgresDecodable>(_ type: T.Type, at column: Int) throws -> T {
         try checkPosition(column: column, swiftType: T.self)
         return try T(from: storage.cell(row: index, column: column))
@@ -197,12 +203,14 @@ public struct PostgresRow: Sendable {
     }
 
     /// The first columns, in order, as a tuple: `try row.decode((UUID, String, Int?).self)`.
+    @inlinable
     public func decode<each T: PostgresDecodable>(_ types: (repeat each T).Type) throws -> (repeat each T) {
         var column = 0
         return (repeat try decodeNext((each T).self, &column))
     }
 
-    private func decodeNext<T: PostgresDecodable>(_ type: T.Type, _ column: inout Int) throws -> T {
+    @inlinable
+    func decodeNext<T: PostgresDecodable>(_ type: T.Type, _ column: inout Int) throws -> T {
         defer { column += 1 }
         return try decode(T.self, at: column)
     }

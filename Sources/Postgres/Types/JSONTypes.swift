@@ -74,7 +74,7 @@ enum JSONCoding {
             guard bytes.first == 1 else { throw cell.failure(swiftType, "unknown jsonb format version") }
             return Data(UnsafeRawBufferPointer(rebasing: bytes[1...]))
         }
-        guard cell.format == .text || cell.type == .json || PostgresType.textual.contains(cell.type) else {
+        guard cell.format == .text || cell.type == .json || cell.type.isTextual else {
             throw cell.mismatch(swiftType, expected: "json or jsonb")
         }
         return Data(bytes)

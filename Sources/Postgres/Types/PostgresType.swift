@@ -130,8 +130,15 @@ public struct PostgresType: RawRepresentable, Hashable, Sendable, CustomStringCo
         .daterange, .int8range,
     ]
 
-    /// Types whose value, in either format, is plain UTF-8 text.
-    static let textual: Set<PostgresType> = [.text, .varchar, .bpchar, .name, .unknown, .json, .xml, .char]
+    /// Whether a value of this type, in either format, is plain UTF-8 text. A switch, not a
+    /// `Set`: it is asked once per decoded text cell, and hashing was a tenth of decoding time.
+    var isTextual: Bool {
+        switch rawValue {
+        // text, varchar, bpchar, name, unknown, json, xml, "char" (the static lets above)
+        case 25, 1043, 1042, 19, 705, 114, 142, 18: true
+        default: false
+        }
+    }
 }
 
 /// How a value travels on the wire: PostgreSQL's text or binary representation.

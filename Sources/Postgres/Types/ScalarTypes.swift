@@ -152,7 +152,7 @@ extension String: PostgresEncodable, PostgresDecodable {
 
     public init(from cell: PostgresCell) throws {
         let bytes = try cell.nonNull(String.self)
-        if cell.format == .text || PostgresType.textual.contains(cell.type) {
+        if cell.format == .text || cell.type.isTextual {
             self = String(decoding: bytes, as: UTF8.self)
             return
         }
@@ -184,7 +184,7 @@ extension UUID: PostgresEncodable, PostgresDecodable {
             var value: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             withUnsafeMutableBytes(of: &value) { $0.copyMemory(from: bytes) }
             self = UUID(uuid: value)
-        } else if cell.format == .text || PostgresType.textual.contains(cell.type) {
+        } else if cell.format == .text || cell.type.isTextual {
             let text = String(decoding: bytes, as: UTF8.self)
             guard let value = UUID(uuidString: text) else { throw cell.failure(UUID.self, "\"\(text)\" is not a UUID") }
             self = value
