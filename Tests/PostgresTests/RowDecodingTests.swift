@@ -54,6 +54,22 @@ import Testing
         }
     }
 
+    /// By name, narrow results are scanned and wide ones indexed: both find the first of two
+    /// columns with the same name, and say which columns exist when the name is not one.
+    @Test(arguments: [3, 40])
+    func byNameInNarrowAndWideResults(_ width: Int) async throws {
+        do { let (connection, _) = try await freshConnection()
+            let columns = (0..<width).map { "\($0) AS c\($0)" }.joined(separator: ", ")
+            let rows = try await connection.query(SQL(unsafeRawSQL: "SELECT \(columns), 'first' AS dup, 'second' AS dup"))
+            let row = try #require(rows.first)
+            #expect(try row.decode(Int.self, column: "c\(width - 1)") == width - 1)
+            #expect(try row.decode(String.self, column: "dup") == "first")
+            #expect(row.columnIndex("dup") == width)
+            #expect(row.columnIndex("nope") == nil)
+            #expect(throws: PostgresDecodingError.self) { try row.decode(Int.self, column: "nope") }
+        }
+    }
+
     @Test func nullIntoNonOptionalThrowsNamingColumnAndTypes() async throws {
         do { let (connection, _) = try await freshConnection()
             let row = try #require(try await connection.query("SELECT NULL::int8 AS missing").first)

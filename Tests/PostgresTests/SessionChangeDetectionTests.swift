@@ -34,4 +34,49 @@ import Testing
     func detects(_ text: String, _ changes: Bool) {
         #expect(SessionSettings.mayChangeSession(text) == changes, "\(text)")
     }
+
+    /// The first keyword decides too (`SET search_path`, `RESET`, `DECLARE`…), read past white
+    /// space, parentheses and comments the way PostgreSQL reads them (block comments nest).
+    @Test(arguments: [
+        ("SET search_path TO x", true),
+        ("  \n\t(set TIME ZONE 'UTC')", true),
+        ("-- set by the deploy job\nSET search_path TO x", true),
+        ("/* a /* nested */ comment */ RESET ALL", true),
+        ("/* unterminated SET", false),
+        ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", true),
+        ("discard all", true),
+        ("UNLISTEN *", true),
+        ("CREATE TABLE t (id int)", true),
+        ("SELECT 1 -- SET search_path", false),
+        ("settle_payment()", false),
+        ("SELECT reset FROM t", false),
+        ("WITH x AS (SELECT 1) SELECT * FROM x", false),
+        ("Sét x", false),
+        ("", false),
+    ])
+    func firstKeyword(_ text: String, _ ownSession: Bool) {
+        #expect(SessionSettings.needsOwnSession(text) == ownSession, "\(text)")
+    }
+
+    /// The pool asks before rendering: scanning the pieces of an interpolated statement gives
+    /// the same answer as scanning its text, parameters and quoted names included.
+    @Test func theUnrenderedStatementGetsTheSameAnswer() {
+        let name = "app.child", value = "x", id = 7
+        let statements: [SQL] = [
+            "SELECT \(id)::int4",
+            "SET search_path TO \(identifier: "app")",
+            "SELECT set_config(\(name), \(value), true)",
+            "SELECT set_config(\(name), \(value), false)",
+            "SELECT set_config(\(name), \(value), \(true))",
+            "SELECT pg_advisory_lock(\(id))",
+            "SELECT * FROM \(identifier: "temp_rows") WHERE id = \(id)",
+            "\(id)",
+            "",
+        ]
+        for sql in statements {
+            #expect(SessionSettings.needsOwnSession(sql) == SessionSettings.needsOwnSession(sql.description), "\(sql.description)")
+        }
+        #expect(SessionSettings.needsOwnSession("SELECT set_config(\(name), \(value), true)" as SQL) == false)
+        #expect(SessionSettings.needsOwnSession("SELECT set_config(\(name), \(value), \(true))" as SQL) == true)
+    }
 }

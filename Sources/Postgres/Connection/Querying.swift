@@ -135,6 +135,22 @@ extension SessionSettings {
     /// not count: a session reset on release would cost the next borrower its session caches
     /// (a first write after `RESET ALL` measured 25 ms here, against 1 ms).
     static func mayChangeSession(_ text: String) -> Bool {
+        switch scanForSessionChanges(text) {
+        case .changesSession: true
+        case .callsSetConfig: hasSessionLevelSetConfig(Array(text.utf8).map(folded))
+        case .nothing: false
+        }
+    }
+
+    /// What one pass over `text` found (see `mayChangeSession`).
+    enum SessionScan {
+        case nothing
+        /// A `set_config(`, whose arguments decide (it needs the whole statement).
+        case callsSetConfig
+        case changesSession
+    }
+
+    static func scanForSessionChanges(_ text: String) -> SessionScan {
         // One pass over the bytes, ASCII case folded on the fly, no copy: the pool asks this of
         // every statement, and the store's are several kilobytes (lowercased() and
         // String.contains took 0.46 ms on the dashboard's 6 kB in a debug build).
@@ -143,17 +159,17 @@ extension SessionSettings {
             var sawSetConfig = false
             for index in bytes.indices {
                 switch folded(bytes[index]) {
-                case UInt8(ascii: "a"): if matches(bytes, at: index, "advisory") { return true }
-                case UInt8(ascii: "d"): if matches(bytes, at: index, "dblink") { return true }
-                case UInt8(ascii: "l"): if matches(bytes, at: index, "listen") { return true }
-                case UInt8(ascii: "t"): if matches(bytes, at: index, "temp") { return true }
+                case UInt8(ascii: "a"): if matches(bytes, at: index, "advisory") { return .changesSession }
+                case UInt8(ascii: "d"): if matches(bytes, at: index, "dblink") { return .changesSession }
+                case UInt8(ascii: "l"): if matches(bytes, at: index, "listen") { return .changesSession }
+                case UInt8(ascii: "t"): if matches(bytes, at: index, "temp") { return .changesSession }
                 case UInt8(ascii: "s"):
-                    if matches(bytes, at: index, "set role") || matches(bytes, at: index, "set session") { return true }
+                    if matches(bytes, at: index, "set role") || matches(bytes, at: index, "set session") { return .changesSession }
                     if matches(bytes, at: index, "set_config") { sawSetConfig = true }
                 default: continue
                 }
             }
-            return sawSetConfig && hasSessionLevelSetConfig(bytes.map(folded))
+            return sawSetConfig ? .callsSetConfig : .nothing
         }
     }
 
@@ -222,9 +238,81 @@ extension SessionSettings {
     /// may change session state (a `SET`, `LISTEN`, a temp table, an advisory lock…), which
     /// the others would then run under until the connection is reset.
     static func needsOwnSession(_ text: String) -> Bool {
-        let first = text.drop { $0.isWhitespace || $0 == "(" }.prefix { $0.isLetter }.lowercased()
-        return ["set", "reset", "listen", "unlisten", "declare", "prepare", "discard", "load", "create"].contains(first)
-            || mayChangeSession(text)
+        startsWithSessionKeyword(text) || mayChangeSession(text)
+    }
+
+    /// The same for a statement not rendered yet (the pool asks before it has a connection):
+    /// its text pieces and quoted names are scanned in place, without building its text. Only
+    /// a `set_config(` call, whose arguments may be parameters, needs the statement's text.
+    static func needsOwnSession(_ sql: SQL) -> Bool {
+        guard let first = sql.segments.first else { return false }
+        if case .text(let text) = first, startsWithSessionKeyword(text) { return true }
+        var sawSetConfig = false
+        for segment in sql.segments {
+            let pieces: [String]
+            switch segment {
+            case .text(let text): pieces = [text]
+            case .identifier(let parts): pieces = parts
+            case .value, .null: continue
+            }
+            for piece in pieces {
+                switch scanForSessionChanges(piece) {
+                case .changesSession: return true
+                case .callsSetConfig: sawSetConfig = true
+                case .nothing: break
+                }
+            }
+        }
+        return sawSetConfig && hasSessionLevelSetConfig(Array(sql.description.utf8).map(folded))
+    }
+
+    /// Keywords that open a statement which changes the session.
+    private static let sessionKeywords: [StaticString] = ["set", "reset", "listen", "unlisten", "declare", "prepare", "discard", "load", "create"]
+
+    /// Whether the statement's first keyword (after white space, `(` and comments, ASCII case
+    /// ignored) is one of `sessionKeywords`. Bytes, not Characters: the pool asks it of every
+    /// call, and Unicode letter tests were 3% of a call's client time.
+    static func startsWithSessionKeyword(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            var index = 0
+            while index < bytes.count {
+                let byte = bytes[index]
+                let next: UInt8 = index + 1 < bytes.count ? bytes[index + 1] : 0
+                if byte == 0x20 || (0x09...0x0D).contains(byte) || byte == UInt8(ascii: "(") {
+                    index += 1
+                } else if byte == UInt8(ascii: "-"), next == UInt8(ascii: "-") {
+                    while index < bytes.count, bytes[index] != 0x0A { index += 1 } // to the end of the line
+                } else if byte == UInt8(ascii: "/"), next == UInt8(ascii: "*") {
+                    index = endOfBlockComment(bytes, from: index)
+                } else {
+                    break
+                }
+            }
+            var end = index
+            while end < bytes.count, (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(folded(bytes[end])) { end += 1 }
+            return sessionKeywords.contains { $0.utf8CodeUnitCount == end - index && matches(bytes, at: index, $0) }
+        }
+    }
+
+    /// The index after the block comment that opens at `start`; comments nest, as in PostgreSQL.
+    private static func endOfBlockComment(_ bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        var index = start
+        var depth = 0
+        while index < bytes.count {
+            let next: UInt8 = index + 1 < bytes.count ? bytes[index + 1] : 0
+            if bytes[index] == UInt8(ascii: "/"), next == UInt8(ascii: "*") {
+                depth += 1
+                index += 2
+            } else if bytes[index] == UInt8(ascii: "*"), next == UInt8(ascii: "/") {
+                depth -= 1
+                index += 2
+                if depth == 0 { return index }
+            } else {
+                index += 1
+            }
+        }
+        return index
     }
 }
 

@@ -250,7 +250,7 @@ public final class PostgresPool: Sendable {
     /// session before it ran, or it was never sent) runs again on another connection: nothing
     /// of it was applied. Any other error comes back as it is.
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
-        let shared = !SessionSettings.needsOwnSession(sql.description)
+        let shared = !SessionSettings.needsOwnSession(sql)
         var attempt = 1
         while true {
             let connection = try await acquire(shared: shared)

@@ -20,22 +20,18 @@ final class ResultStorage: @unchecked Sendable {
     let rowCount: Int
     let commandTag: String
     let affectedRows: Int
-    let columnIndex: [String: Int]
 
     init(result: OpaquePointer) {
         self.result = result
         let columnCount = Int(PQnfields(result))
         var columns: [PostgresColumn] = []
         columns.reserveCapacity(columnCount)
-        var index: [String: Int] = [:]
         for column in 0..<columnCount {
             let name = PQfname(result, Int32(column)).map { String(cString: $0) } ?? "?column?"
             let format: PostgresFormat = PQfformat(result, Int32(column)) == 1 ? .binary : .text
             columns.append(PostgresColumn(name: name, type: PostgresType(PQftype(result, Int32(column))), format: format))
-            if index[name] == nil { index[name] = column }
         }
         self.columns = columns
-        columnIndex = index
         rowCount = Int(PQntuples(result))
         commandTag = PQcmdStatus(result).map { String(cString: $0) } ?? ""
         affectedRows = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
@@ -48,19 +44,33 @@ final class ResultStorage: @unchecked Sendable {
         rowCount = 0
         self.commandTag = commandTag
         affectedRows = 0
-        columnIndex = [:]
     }
 
     deinit { if let result { PQclear(result) } }
 
     private let keyLock = NSLock()
     private var keyCache: [String: Int] = [:]
+    private var nameIndex: [String: Int]?
+
+    /// The first column named `name`. A short result is scanned; a wide one gets an index,
+    /// built on the first lookup (most results are read by position and never need one).
+    func columnIndex(named name: String) -> Int? {
+        guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
+        return keyLock.withLock {
+            if nameIndex == nil {
+                var index: [String: Int] = [:]
+                for (position, column) in columns.enumerated() where index[column.name] == nil { index[column.name] = position }
+                nameIndex = index
+            }
+            return nameIndex?[name]
+        }
+    }
 
     /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
     /// per result and key rather than once per row.
     func index(forCodingKey key: String) -> Int? {
         if let cached = keyLock.withLock({ keyCache[key] }) { return cached >= 0 ? cached : nil }
-        let index = columnIndex[key] ?? columnIndex[RowDecoder.snakeCase(key)]
+        let index = columnIndex(named: key) ?? columnIndex(named: RowDecoder.snakeCase(key))
         keyLock.withLock { keyCache[key] = index ?? -1 }
         return index
     }
@@ -169,7 +179,7 @@ public struct PostgresRow: Sendable {
     }
 
     /// The zero-based index of the column named `name`.
-    public func columnIndex(_ name: String) -> Int? { storage.columnIndex[name] }
+    public func columnIndex(_ name: String) -> Int? { storage.columnIndex(named: name) }
 
     /// The value at position `column`.
     ///
@@ -183,7 +193,7 @@ public struct PostgresRow: Sendable {
 
     /// The value of the column named `name`.
     public func decode<T: PostgresDecodable>(_ type: T.Type, column name: String) throws -> T {
-        guard let column = storage.columnIndex[name] else {
+        guard let column = storage.columnIndex(named: name) else {
             throw PostgresDecodingError(
                 column: name, columnIndex: -1, postgresType: .unspecified, swiftType: "\(T.self)",
                 reason: "there is no such column; the result has: \(storage.columns.map(\.name).joined(separator: ", "))")

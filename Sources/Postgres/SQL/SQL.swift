@@ -211,7 +211,11 @@ extension SQL {
             throw PostgresError(kind: .invalidParameter, message: "a statement can have at most 65535 parameters; this one has \(rendered.types.count)")
         }
         rendered.buffer.append(0)
-        rendered.cacheKey = rendered.types.isEmpty ? rendered.text : rendered.text + "\u{0}" + rendered.types.map(String.init).joined(separator: ",")
+        rendered.cacheKey = rendered.text
+        for (position, type) in rendered.types.enumerated() {
+            rendered.cacheKey.append(position == 0 ? "\u{0}" : ",") // text NUL type,type,…
+            rendered.cacheKey.append(String(type))
+        }
         return rendered
     }
 }
