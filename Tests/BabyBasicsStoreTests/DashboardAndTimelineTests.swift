@@ -225,7 +225,7 @@ import Testing
         let timeline = EventRepository.overlapping(child: child.id, from: "\(from)::timestamptz", to: "\(to)::timestamptz", now: now)
         let plan = try await fixture.admin.query("EXPLAIN \(timeline)").decodeColumn(String.self).joined(separator: "\n")
         #expect(plan.contains("idx_events_child_time") && !plan.contains("Seq Scan on events"), "\(plan)")
-        let dashboard = try await fixture.admin.query("EXPLAIN \(Dashboard.query(child: child.id, now: now, actingUser: user.id))")
+        let dashboard = try await fixture.admin.query("EXPLAIN \(Dashboard.statement(child: child.id, now: now, as: user.id))")
             .decodeColumn(String.self).joined(separator: "\n")
         #expect(dashboard.contains("idx_events_child_time"), "\(dashboard)")
         #expect(!dashboard.contains("Seq Scan on events"), "\(dashboard)")
@@ -245,7 +245,7 @@ import Testing
             """)
         try await fixture.admin.execute("ANALYZE events")
         let now = Date(timeIntervalSince1970: 1_795_000_000) // 2026-11-18
-        let plan = try await fixture.admin.query("EXPLAIN (ANALYZE, BUFFERS) \(Dashboard.query(child: child.id, now: now, actingUser: user.id))")
+        let plan = try await fixture.admin.query("EXPLAIN (ANALYZE, BUFFERS) \(Dashboard.statement(child: child.id, now: now, as: user.id))")
             .decodeColumn(String.self)
         let removed = plan.compactMap { line -> Int? in
             guard let range = line.range(of: "Rows Removed by Filter: ") else { return nil }
@@ -255,5 +255,33 @@ import Testing
         #expect(plan.joined().contains("idx_events_child_type_time"), "\(plan.joined(separator: "\n"))")
         let dashboard = try await fixture.store.events.dashboard(for: child.id, now: now, as: user.id)
         #expect(dashboard.lastFeeding == nil && dashboard.lastSleep == nil && dashboard.lastDiaper != nil)
+    }
+
+    /// The statements the store runs are public, for psql's EXPLAIN or another client: run by
+    /// a plain connection with their own text and values, they still answer a caregiver and
+    /// refuse anyone else (the membership check is inside each statement).
+    @Test func thePublicStatementsCarryTheirOwnMembershipCheck() async throws {
+        let fixture = try await StoreFixture.make()
+        let (user, child) = try await fixture.family()
+        let stranger = try await fixture.user("Stranger")
+        let now = Date()
+        let day = PostgresDate(now, in: TimeZone(identifier: "UTC") ?? .gmt)
+        let start = EventTimestamp(now, in: TimeZone(identifier: "UTC") ?? .gmt)
+        func rows(_ sql: SQL) async throws -> PostgresRows { try await fixture.admin.query(sql) }
+
+        #expect(try await rows(Dashboard.statement(child: child.id, now: now, as: user.id)).count == 1)
+        #expect(try await rows(Dashboard.statement(child: child.id, now: now, as: stranger.id)).isEmpty)
+        #expect(try await rows(Timeline.statement(child: child.id, day: day, now: now, as: user.id)).count == 1)
+        #expect(try await rows(Timeline.statement(child: child.id, day: day, now: now, as: stranger.id)).isEmpty)
+
+        let refused = EventDraft(childID: child.id, payload: .diaper(.wet), start: start)
+        let answer = try #require(try await rows(EventRepository.recordStatement(refused, as: stranger.id)).first)
+        #expect(try answer.decode(String?.self, column: "my_role") == nil && answer.isNull(at: try #require(answer.columnIndex("id"))))
+        #expect(try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM events WHERE id = \(refused.id)") == 0)
+
+        let accepted = EventDraft(childID: child.id, payload: .diaper(.wet), start: start)
+        let stored = try #require(try await rows(EventRepository.recordStatement(accepted, as: user.id)).first)
+        #expect(try stored.decode(Bool.self, column: "created"))
+        #expect(try await fixture.store.events.timeline(for: child.id, day: day, now: now, as: user.id).events.map(\.id).contains(accepted.id))
     }
 }

@@ -23,6 +23,25 @@ import Testing
         #expect(!query.description.contains("DROP"))
     }
 
+    /// `parameters` lists what `$1…$n` stand for, in order, fragments and NULLs included, so
+    /// the statement can be handed to another client or EXPLAINed in psql.
+    @Test func parametersAreWhatThePlaceholdersStandFor() throws {
+        let child = UUID(), since = Date(timeIntervalSince1970: 1_780_000_000)
+        let filter: SQL = "AND note = \("it's")"
+        let sql: SQL = "SELECT \(child), \(since), \(nil as Int?) IS NULL, \(json: ["a": 1]) \(filter)"
+        #expect(sql.description == "SELECT $1, $2, $3 IS NULL, $4 AND note = $5")
+        #expect(sql.parameters.map(\.type) == [.uuid, .timestamptz, .int8, .jsonb, .text])
+        #expect(sql.parameters.count == sql.parameterCount)
+        let values = sql.parameters.map(\.value)
+        #expect(values[0] as? UUID == child)
+        #expect(values[1] as? Date == since)
+        #expect(values[2] == nil)
+        #expect(values[4] as? String == "it's")
+        var bytes: [UInt8] = []
+        try values[3]?.encode(into: &bytes)
+        #expect(bytes == [1] + Array(#"{"a":1}"#.utf8)) // jsonb: version 1, then the text
+    }
+
     @Test func injectionCorpusIsStoredVerbatimAndTheTableSurvives() async throws {
         do { let (connection, _) = try await freshConnection()
             try await connection.execute("CREATE TABLE t (id serial PRIMARY KEY, v text NOT NULL)")

@@ -15,6 +15,27 @@ public struct Timeline: Sendable, Equatable {
     public var events: [Event]
 }
 
+extension Timeline {
+    /// The one statement `timeline(for:day:now:as:)` runs: its text is `description`, its
+    /// values `parameters`. For `EXPLAIN` in psql, or to give another client the same work.
+    ///
+    /// ```swift
+    /// let sql = Timeline.statement(child: childID, day: day, now: Date(), as: userID)
+    /// print(sql.description)   // WITH span AS (SELECT (($1::date + c.day_start_time) …
+    /// ```
+    public static func statement(child childID: UUID, day: PostgresDate, now: Date, as actingUser: UUID) -> SQL {
+        """
+        WITH span AS (
+            SELECT ((\(day)::date + c.day_start_time) AT TIME ZONE c.timezone) AS day_from,
+                   ((\(day)::date + 1 + c.day_start_time) AT TIME ZONE c.timezone) AS day_to
+            FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
+        )
+        SELECT span.day_from, span.day_to, ev.* FROM span
+        LEFT JOIN LATERAL (\(EventRepository.overlapping(child: childID, from: "span.day_from", to: "span.day_to", now: now))) AS ev ON true
+        """
+    }
+}
+
 extension EventRepository {
     /// Events overlapping `[from, to)`, newest first: the database's `timeline_events()`
     /// (Migrations/0018), so a DBA and the app read the same day. Instants (diapers, notes,
@@ -27,15 +48,7 @@ extension EventRepository {
     /// The child's day `day` (by its `day_start_time` and time zone), newest first.
     public func timeline(for childID: UUID, day: PostgresDate, now: Date = Date(), as actingUser: UUID) async throws -> Timeline {
         try await routing.reading(as: actingUser) { pool in
-            let rows = try await pool.query("""
-                WITH span AS (
-                    SELECT ((\(day)::date + c.day_start_time) AT TIME ZONE c.timezone) AS day_from,
-                           ((\(day)::date + 1 + c.day_start_time) AT TIME ZONE c.timezone) AS day_to
-                    FROM children c WHERE c.id = \(childID) AND \(Authorization.isCaregiver(of: "c.id", for: actingUser))
-                )
-                SELECT span.day_from, span.day_to, ev.* FROM span
-                LEFT JOIN LATERAL (\(Self.overlapping(child: childID, from: "span.day_from", to: "span.day_to", now: now))) AS ev ON true
-                """)
+            let rows = try await pool.query(Timeline.statement(child: childID, day: day, now: now, as: actingUser))
             return try Self.timeline(rows, day: day)
         }
     }
@@ -68,7 +81,7 @@ extension EventRepository {
     /// Everything the dashboard shows, in one statement and one round trip.
     public func dashboard(for childID: UUID, now: Date = Date(), as actingUser: UUID) async throws -> Dashboard {
         try await routing.reading(as: actingUser) { pool in
-            let rows = try await pool.query(Dashboard.query(child: childID, now: now, actingUser: actingUser))
+            let rows = try await pool.query(Dashboard.statement(child: childID, now: now, as: actingUser))
             guard let row = rows.first else { throw StoreError.notFound }
             return try row.decode(as: Dashboard.Row.self).dashboard(now: now)
         }
@@ -183,7 +196,14 @@ public struct Dashboard: Sendable, Equatable {
         CASE WHEN e.data ? 'amount_prepared_ml' THEN (e.data ->> 'feeding_started_at')::timestamptz ELSE e.start_time END
         """
 
-    static func query(child: UUID, now: Date, actingUser: UUID) -> SQL {
+    /// The one statement `dashboard(for:now:as:)` runs: its text is `description`, its values
+    /// `parameters`. For `EXPLAIN` in psql, or to give another client the same work.
+    ///
+    /// ```swift
+    /// let sql = Dashboard.statement(child: childID, now: Date(), as: userID)
+    /// print(sql.parameters.count)
+    /// ```
+    public static func statement(child: UUID, now: Date, as actingUser: UUID) -> SQL {
         """
         WITH child AS (
             SELECT c.id, c.timezone, c.day_start_time FROM children c

@@ -56,11 +56,35 @@ public struct EventRepository: Sendable {
     /// ```
     public func record(_ draft: EventDraft, as actingUser: UUID) async throws -> (event: Event, created: Bool) {
         try Validate.event(payload: draft.payload, start: draft.start, end: draft.end, notes: draft.notes)
+        let sql = Self.recordStatement(draft, as: actingUser)
+        // A concurrent insert of the same id can commit after this statement's snapshot: the
+        // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
+        for _ in 0..<3 {
+            let rows = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(sql) }
+            guard let row = rows.first else { throw StoreError.notFound }
+            guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
+            guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
+            let event = try Event.Row(row).event()
+            guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
+            return (event, try row.decode(Bool.self, column: "created"))
+        }
+        throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
+    }
+
+    /// The one statement `record(_:as:)` runs (after validating `draft`): its text is
+    /// `description`, its values `parameters`. For `EXPLAIN` in psql, or to give another client
+    /// the same work.
+    ///
+    /// ```swift
+    /// let sql = EventRepository.recordStatement(draft, as: userID)
+    /// print(sql.description)   // WITH me AS (…), inserted AS (INSERT INTO events …
+    /// ```
+    public static func recordStatement(_ draft: EventDraft, as actingUser: UUID) -> SQL {
         let data = EventData(draft.payload)
         // An id is unique per child (events_pkey (id, child_id), migration 0022). An id this
         // user already gave another of their children is not taken again (the NOT EXISTS), so
         // "event by id" finds one row: `existing` answers with that event, as a conflict.
-        let sql: SQL = """
+        return """
             WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser))),
             inserted AS (
                 INSERT INTO events AS e (id, child_id, logged_by, updated_by, event_type, start_time, start_tz, start_offset_seconds,
@@ -91,18 +115,6 @@ public struct EventRepository: Sendable {
             SELECT (SELECT role FROM me) AS my_role, r.* FROM (SELECT 1) AS one
             LEFT JOIN (SELECT * FROM inserted UNION ALL SELECT * FROM existing) AS r ON true
             """
-        // A concurrent insert of the same id can commit after this statement's snapshot: the
-        // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
-        for _ in 0..<3 {
-            let rows = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(sql) }
-            guard let row = rows.first else { throw StoreError.notFound }
-            guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
-            guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
-            let event = try Event.Row(row).event()
-            guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
-            return (event, try row.decode(Bool.self, column: "created"))
-        }
-        throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
     }
 
     /// Runs `body`, turning a refused second active sleep or bottle feeding into

@@ -61,6 +61,33 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
         segments += other.segments
     }
 
+    /// One bound value of a statement: what `$n` stands for.
+    public struct Parameter: Sendable {
+        /// The type the parameter is declared as.
+        public let type: PostgresType
+        /// The value; `nil` for SQL NULL.
+        public let value: (any PostgresEncodable)?
+    }
+
+    /// The values bound to `$1…$n` of `description`, in order. With `description`, the
+    /// statement exactly as the server receives it: to `EXPLAIN` it in psql, or to hand it to
+    /// another client (the benchmarks give the store's statements to PostgresNIO and pgbench).
+    ///
+    /// ```swift
+    /// let sql: SQL = "SELECT * FROM events WHERE child_id = \(childID) AND deleted_at IS \(nil as Date?)"
+    /// print(sql.description)                  // SELECT * FROM events WHERE child_id = $1 AND deleted_at IS $2
+    /// print(sql.parameters.map(\.type))       // [uuid, timestamptz]
+    /// ```
+    public var parameters: [Parameter] {
+        segments.compactMap { segment in
+            switch segment {
+            case .value(let value): Parameter(type: type(of: value).postgresType, value: value)
+            case .null(let type): Parameter(type: type, value: nil)
+            case .text, .identifier: nil
+            }
+        }
+    }
+
     /// The statement text with `$n` placeholders, for logs. Values are never shown.
     public var description: String {
         var text = ""
