@@ -1,5 +1,6 @@
 import CLibPQ
 import Foundation
+import Synchronization
 
 extension PostgresConnection {
     /// Runs a statement and returns its rows. `timeout` overrides the configuration's
@@ -143,34 +144,38 @@ extension SessionSettings {
     }
 
     /// What one pass over `text` found (see `mayChangeSession`).
-    enum SessionScan {
-        case nothing
+    enum SessionScan: Int, Comparable {
+        static func < (a: SessionScan, b: SessionScan) -> Bool { a.rawValue < b.rawValue }
+
+        case nothing = 0
         /// A `set_config(`, whose arguments decide (it needs the whole statement).
-        case callsSetConfig
-        case changesSession
+        case callsSetConfig = 1
+        case changesSession = 2
     }
 
     static func scanForSessionChanges(_ text: String) -> SessionScan {
-        // One pass over the bytes, ASCII case folded on the fly, no copy: the pool asks this of
-        // every statement, and the store's are several kilobytes (lowercased() and
-        // String.contains took 0.46 ms on the dashboard's 6 kB in a debug build).
         var text = text
-        return text.withUTF8 { bytes in
-            var sawSetConfig = false
-            for index in bytes.indices {
-                switch folded(bytes[index]) {
-                case UInt8(ascii: "a"): if matches(bytes, at: index, "advisory") { return .changesSession }
-                case UInt8(ascii: "d"): if matches(bytes, at: index, "dblink") { return .changesSession }
-                case UInt8(ascii: "l"): if matches(bytes, at: index, "listen") { return .changesSession }
-                case UInt8(ascii: "t"): if matches(bytes, at: index, "temp") { return .changesSession }
-                case UInt8(ascii: "s"):
-                    if matches(bytes, at: index, "set role") || matches(bytes, at: index, "set session") { return .changesSession }
-                    if matches(bytes, at: index, "set_config") { sawSetConfig = true }
-                default: continue
-                }
+        return text.withUTF8(scanForSessionChanges)
+    }
+
+    /// One pass over the bytes, ASCII case folded on the fly, no copy: the pool asks this of
+    /// every statement, and the store's are several kilobytes (lowercased() and
+    /// String.contains took 0.46 ms on the dashboard's 6 kB in a debug build).
+    static func scanForSessionChanges(_ bytes: UnsafeBufferPointer<UInt8>) -> SessionScan {
+        var sawSetConfig = false
+        for index in bytes.indices {
+            switch folded(bytes[index]) {
+            case UInt8(ascii: "a"): if matches(bytes, at: index, "advisory") { return .changesSession }
+            case UInt8(ascii: "d"): if matches(bytes, at: index, "dblink") { return .changesSession }
+            case UInt8(ascii: "l"): if matches(bytes, at: index, "listen") { return .changesSession }
+            case UInt8(ascii: "t"): if matches(bytes, at: index, "temp") { return .changesSession }
+            case UInt8(ascii: "s"):
+                if matches(bytes, at: index, "set role") || matches(bytes, at: index, "set session") { return .changesSession }
+                if matches(bytes, at: index, "set_config") { sawSetConfig = true }
+            default: continue
             }
-            return sawSetConfig ? .callsSetConfig : .nothing
         }
+        return sawSetConfig ? .callsSetConfig : .nothing
     }
 
     /// ASCII letters to lower case; every other byte as it is.
@@ -246,24 +251,42 @@ extension SessionSettings {
     /// a `set_config(` call, whose arguments may be parameters, needs the statement's text.
     static func needsOwnSession(_ sql: SQL) -> Bool {
         guard let first = sql.segments.first else { return false }
-        if case .text(let text) = first, startsWithSessionKeyword(text) { return true }
+        switch first {
+        case .literal(let text): if text.withUTF8Buffer(startsWithSessionKeyword) { return true }
+        case .text(let text): if startsWithSessionKeyword(text) { return true }
+        case .value, .null, .identifier: break
+        }
         var sawSetConfig = false
         for segment in sql.segments {
-            let pieces: [String]
+            let found: SessionScan
             switch segment {
-            case .text(let text): pieces = [text]
-            case .identifier(let parts): pieces = parts
+            case .literal(let text): found = scan(literal: text)
+            case .text(let text): found = scanForSessionChanges(text)
+            case .identifier(let parts): found = parts.map(scanForSessionChanges).max() ?? .nothing
             case .value, .null: continue
             }
-            for piece in pieces {
-                switch scanForSessionChanges(piece) {
-                case .changesSession: return true
-                case .callsSetConfig: sawSetConfig = true
-                case .nothing: break
-                }
+            switch found {
+            case .changesSession: return true
+            case .callsSetConfig: sawSetConfig = true
+            case .nothing: break
             }
         }
         return sawSetConfig && hasSessionLevelSetConfig(Array(sql.description.utf8).map(folded))
+    }
+
+    /// What a literal of the program's source holds, scanned once: literals live as long as
+    /// the process and are finitely many, so they are remembered by address (the store's
+    /// dashboard is 6 kB of literal text; scanning it on every call was the pool's largest
+    /// cost per call).
+    private static let literalScans = Mutex<[UInt: SessionScan]>([:])
+
+    static func scan(literal: StaticString) -> SessionScan {
+        guard literal.hasPointerRepresentation else { return literal.withUTF8Buffer(scanForSessionChanges) }
+        let address = UInt(bitPattern: literal.utf8Start)
+        if let known = literalScans.withLock({ $0[address] }) { return known }
+        let found = literal.withUTF8Buffer(scanForSessionChanges)
+        literalScans.withLock { $0[address] = found }
+        return found
     }
 
     /// Keywords that open a statement which changes the session.
@@ -274,25 +297,27 @@ extension SessionSettings {
     /// call, and Unicode letter tests were 3% of a call's client time.
     static func startsWithSessionKeyword(_ text: String) -> Bool {
         var text = text
-        return text.withUTF8 { bytes in
-            var index = 0
-            while index < bytes.count {
-                let byte = bytes[index]
-                let next: UInt8 = index + 1 < bytes.count ? bytes[index + 1] : 0
-                if byte == 0x20 || (0x09...0x0D).contains(byte) || byte == UInt8(ascii: "(") {
-                    index += 1
-                } else if byte == UInt8(ascii: "-"), next == UInt8(ascii: "-") {
-                    while index < bytes.count, bytes[index] != 0x0A { index += 1 } // to the end of the line
-                } else if byte == UInt8(ascii: "/"), next == UInt8(ascii: "*") {
-                    index = endOfBlockComment(bytes, from: index)
-                } else {
-                    break
-                }
+        return text.withUTF8(startsWithSessionKeyword)
+    }
+
+    static func startsWithSessionKeyword(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var index = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            let next: UInt8 = index + 1 < bytes.count ? bytes[index + 1] : 0
+            if byte == 0x20 || (0x09...0x0D).contains(byte) || byte == UInt8(ascii: "(") {
+                index += 1
+            } else if byte == UInt8(ascii: "-"), next == UInt8(ascii: "-") {
+                while index < bytes.count, bytes[index] != 0x0A { index += 1 } // to the end of the line
+            } else if byte == UInt8(ascii: "/"), next == UInt8(ascii: "*") {
+                index = endOfBlockComment(bytes, from: index)
+            } else {
+                break
             }
-            var end = index
-            while end < bytes.count, (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(folded(bytes[end])) { end += 1 }
-            return sessionKeywords.contains { $0.utf8CodeUnitCount == end - index && matches(bytes, at: index, $0) }
         }
+        var end = index
+        while end < bytes.count, (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(folded(bytes[end])) { end += 1 }
+        return sessionKeywords.contains { $0.utf8CodeUnitCount == end - index && matches(bytes, at: index, $0) }
     }
 
     /// The index after the block comment that opens at `start`; comments nest, as in PostgreSQL.

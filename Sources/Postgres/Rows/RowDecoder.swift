@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Decodes a `Decodable` struct from a row: one property per column.
 struct RowDecoder: Decoder {
@@ -22,7 +23,20 @@ struct RowDecoder: Decoder {
     }
 
     /// `birthDate` → `birth_date`, `userID` → `user_id`, `urlValue` → `url_value`.
+    ///
+    /// Remembered per key (coding keys are few and fixed; at most 4096 are kept): the
+    /// conversion tests Unicode properties per character, and a struct's keys were converted
+    /// again for every row of every result.
     static func snakeCase(_ key: String) -> String {
+        if let known = snakeCases.withLock({ $0[key] }) { return known }
+        let converted = convertedToSnakeCase(key)
+        snakeCases.withLock { if $0.count < 4096 { $0[key] = converted } }
+        return converted
+    }
+
+    private static let snakeCases = Mutex<[String: String]>([:])
+
+    private static func convertedToSnakeCase(_ key: String) -> String {
         var result = ""
         let characters = Array(key)
         for (index, character) in characters.enumerated() {

@@ -19,6 +19,10 @@ import Foundation
 /// deliberately named `SQL(unsafeRawSQL:)` or `PostgresConnection.executeUnsafeRawSQL(_:)`.
 public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible {
     enum Segment: Sendable {
+        /// Text written in source: kept as the literal itself, not copied into a `String` each
+        /// time the statement is built, and known by its address (the pool's session check of
+        /// a literal is remembered, see `SessionSettings.needsOwnSession(_: SQL)`).
+        case literal(StaticString)
         case text(String)
         case value(any PostgresEncodable)
         case null(PostgresType)
@@ -30,7 +34,7 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
     /// A literal written in source. String literals are `StaticString`, so a runtime `String`
     /// cannot become SQL text by accident.
     public init(stringLiteral value: StaticString) {
-        segments = [.text(value.description)]
+        segments = [.literal(value)]
     }
 
     public init(stringInterpolation: StringInterpolation) {
@@ -83,7 +87,7 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
             switch segment {
             case .value(let value): Parameter(type: type(of: value).postgresType, value: value)
             case .null(let type): Parameter(type: type, value: nil)
-            case .text, .identifier: nil
+            case .literal, .text, .identifier: nil
             }
         }
     }
@@ -94,6 +98,7 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
         var number = 0
         for segment in segments {
             switch segment {
+            case .literal(let sql): sql.withUTF8Buffer { text += String(decoding: $0, as: UTF8.self) }
             case .text(let sql): text += sql
             case .value, .null:
                 number += 1
@@ -127,8 +132,7 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
         }
 
         public mutating func appendLiteral(_ literal: StaticString) {
-            let text = literal.description
-            if !text.isEmpty { segments.append(.text(text)) }
+            if literal.utf8CodeUnitCount > 0 || !literal.hasPointerRepresentation { segments.append(.literal(literal)) }
         }
 
         /// A value, sent as a parameter.
@@ -207,6 +211,8 @@ extension SQL {
         rendered.buffer.reserveCapacity(64)
         for segment in segments {
             switch segment {
+            case .literal(let sql):
+                sql.withUTF8Buffer { rendered.text += String(decoding: $0, as: UTF8.self) }
             case .text(let sql):
                 rendered.text += sql
             case .identifier(let parts):
