@@ -47,7 +47,7 @@ public actor PostgresConnection {
     var server = ServerIdentity(address: "", port: nil, database: "")
 
     // Statement cache (see StatementCache.swift)
-    var statements: [String: PreparedStatement] = [:]
+    var statements: [StatementKey: PreparedStatement] = [:]
     var statementCounter = 0
     var useCounter = 0
     var pendingDeallocations: [String] = []

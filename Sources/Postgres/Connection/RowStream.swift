@@ -5,14 +5,14 @@ import Foundation
 /// how the stream ended if it ended early.
 final class StreamHandle: @unchecked Sendable {
     /// The statement's cache key, to forget a plan the server invalidated.
-    let cacheKey: String
+    let cacheKey: StatementKey
     let requestID: UInt64
     let state: RowStreamState
     private let lock = NSLock()
     private var abandonedFlag = false
     private var closedReason: String?
 
-    init(cacheKey: String, requestID: UInt64, state: RowStreamState) {
+    init(cacheKey: StatementKey, requestID: UInt64, state: RowStreamState) {
         self.cacheKey = cacheKey
         self.requestID = requestID
         self.state = state

@@ -63,7 +63,7 @@ extension PostgresConnection {
 
     /// Forgets a cached statement the server no longer accepts; one that still exists on the
     /// server (a plan invalidated by ALTER TABLE) is deallocated, not left behind.
-    func forgetStatement(_ key: String, stillExists: Bool) {
+    func forgetStatement(_ key: StatementKey, stillExists: Bool) {
         guard let statement = statements.removeValue(forKey: key) else { return }
         if stillExists { pendingDeallocations.append(statement.name) }
         flushDeallocations()

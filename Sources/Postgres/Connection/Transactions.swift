@@ -151,6 +151,6 @@ extension RenderedSQL {
     /// A statement of ours with no parameters (BEGIN, COMMIT, SAVEPOINT bb_savepoint_3).
     init(controlText: String) {
         self.init(text: controlText, types: [], buffer: [0], offsets: [], lengths: [])
-        cacheKey = controlText
+        cacheKey = StatementKey(text: controlText, types: [])
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A SQL statement or fragment whose interpolated values are sent as parameters.
 ///
@@ -201,27 +202,73 @@ struct RenderedSQL {
 
     /// The statement cache's key: the text, plus the parameter types (the same text with other
     /// types is another prepared statement). Set once by `render`.
-    var cacheKey = ""
+    var cacheKey = StatementKey(text: "", types: [])
+}
+
+/// What the statement cache knows a statement by: its text and parameter types. The text's
+/// hash is computed once per text (render remembers it with the text of a statement built
+/// from literals), so finding the store's 6 kB dashboard in the cache hashes a few words, and
+/// comparing two keys that share the remembered text is a pointer comparison.
+struct StatementKey: Hashable, Sendable {
+    let text: String
+    let types: [UInt32]
+    private let textHash: Int
+
+    init(text: String, types: [UInt32], textHash: Int? = nil) {
+        self.text = text
+        self.types = types
+        self.textHash = textHash ?? text.hashValue
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(textHash)
+        hasher.combine(types)
+    }
+
+    static func == (a: StatementKey, b: StatementKey) -> Bool {
+        a.textHash == b.textHash && a.types == b.types && a.text == b.text
+    }
 }
 
 extension SQL {
     /// Numbers the parameters, encodes the values and quotes identifiers.
+    ///
+    /// The text of a statement made of source literals and values only depends on which
+    /// literals and where the values are: it is built once per such shape and remembered (at
+    /// most `rememberedShapes`), with its hash; later renders only encode the values.
     func render(quoteIdentifier: (String) throws -> String) throws -> RenderedSQL {
         var rendered = RenderedSQL(text: "", types: [], buffer: [], offsets: [], lengths: [])
         rendered.buffer.reserveCapacity(64)
+        let shape = textShape
+        var textHash: Int?
+        if let shape, let known = Self.renderedTexts.withLock({ $0[shape] }) {
+            rendered.text = known.text
+            textHash = known.hash
+        } else {
+            for segment in segments {
+                switch segment {
+                case .literal(let sql): sql.withUTF8Buffer { rendered.text += String(decoding: $0, as: UTF8.self) }
+                case .text(let sql): rendered.text += sql
+                case .identifier(let parts): rendered.text += try parts.map(quoteIdentifier).joined(separator: ".")
+                case .value, .null:
+                    rendered.text += "$"
+                    rendered.text += String(rendered.offsets.count + 1)
+                    rendered.offsets.append(0) // counts placeholders here; the values fill it below
+                }
+            }
+            rendered.offsets.removeAll(keepingCapacity: true)
+            if let shape {
+                let hash = rendered.text.hashValue
+                textHash = hash
+                Self.renderedTexts.withLock { if $0.count < Self.rememberedShapes { $0[shape] = (rendered.text, hash) } }
+            }
+        }
         for segment in segments {
             switch segment {
-            case .literal(let sql):
-                sql.withUTF8Buffer { rendered.text += String(decoding: $0, as: UTF8.self) }
-            case .text(let sql):
-                rendered.text += sql
-            case .identifier(let parts):
-                rendered.text += try parts.map(quoteIdentifier).joined(separator: ".")
             case .null(let type):
                 rendered.types.append(type.rawValue)
                 rendered.offsets.append(rendered.buffer.count)
                 rendered.lengths.append(-1)
-                rendered.text += "$\(rendered.types.count)"
             case .value(let value):
                 let start = rendered.buffer.count
                 do {
@@ -237,18 +284,41 @@ extension SQL {
                 rendered.types.append(type(of: value).postgresType.rawValue)
                 rendered.offsets.append(start)
                 rendered.lengths.append(length)
-                rendered.text += "$\(rendered.types.count)"
+            case .literal, .text, .identifier:
+                continue
             }
         }
         guard rendered.types.count <= 65535 else {
             throw PostgresError(kind: .invalidParameter, message: "a statement can have at most 65535 parameters; this one has \(rendered.types.count)")
         }
         rendered.buffer.append(0)
-        rendered.cacheKey = rendered.text
-        for (position, type) in rendered.types.enumerated() {
-            rendered.cacheKey.append(position == 0 ? "\u{0}" : ",") // text NUL type,type,…
-            rendered.cacheKey.append(String(type))
-        }
+        rendered.cacheKey = StatementKey(text: rendered.text, types: rendered.types, textHash: textHash)
         return rendered
     }
+
+    /// Which literals, and where the parameters are (0); nil when the text also depends on
+    /// something else (runtime text, identifiers, a one-character literal without an address).
+    var textShape: TextShape? {
+        var parts: [UInt] = []
+        parts.reserveCapacity(segments.count)
+        for segment in segments {
+            switch segment {
+            case .literal(let sql):
+                guard sql.hasPointerRepresentation else { return nil }
+                parts.append(UInt(bitPattern: sql.utf8Start))
+            case .value, .null: parts.append(0)
+            case .text, .identifier: return nil
+            }
+        }
+        return TextShape(parts: parts)
+    }
+
+    struct TextShape: Hashable, Sendable {
+        let parts: [UInt]
+    }
+
+    /// A program has finitely many statement shapes; the bound only guards against one that
+    /// builds statements from an unbounded number of literal combinations.
+    static let rememberedShapes = 4096
+    private static let renderedTexts = Mutex<[TextShape: (text: String, hash: Int)]>([:])
 }

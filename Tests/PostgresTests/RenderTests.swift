@@ -1,0 +1,50 @@
+@testable import Postgres
+import Foundation
+import Testing
+
+/// Rendering remembers the text of statements built from source literals and values (their
+/// shape), and the statement cache finds them by text and parameter types.
+@Suite struct RenderTests {
+    static func render(_ sql: SQL) throws -> RenderedSQL {
+        try sql.render(quoteIdentifier: { "\"" + $0 + "\"" })
+    }
+
+    static func lookup(_ id: Int, _ note: String?) -> SQL {
+        "SELECT * FROM events WHERE id = \(id) AND note IS NOT DISTINCT FROM \(note)"
+    }
+
+    @Test func theSameShapeWithOtherValuesSharesItsText() throws {
+        let first = try Self.render(Self.lookup(1, "a"))
+        let second = try Self.render(Self.lookup(2, nil))
+        #expect(first.text == "SELECT * FROM events WHERE id = $1 AND note IS NOT DISTINCT FROM $2")
+        #expect(second.text == first.text)
+        #expect(first.cacheKey == second.cacheKey)
+        #expect(first.lengths == [8, 1] && second.lengths == [8, -1])
+        #expect(first.buffer != second.buffer)
+    }
+
+    @Test func otherParameterTypesAreAnotherStatement() throws {
+        let asInt: SQL = "SELECT \(Int32(1))"
+        let asText: SQL = "SELECT \("1")"
+        let int = try Self.render(asInt), text = try Self.render(asText)
+        #expect(int.text == text.text)
+        #expect(int.cacheKey != text.cacheKey)
+    }
+
+    /// Runtime text and identifiers change the text without changing the literals: such a
+    /// statement is rendered in full every time, never taken from another's shape.
+    @Test func runtimeTextAndIdentifiersAreNeverTakenFromAShape() throws {
+        for table in ["events", "children"] {
+            let byName: SQL = "SELECT * FROM \(identifier: table) WHERE id = \(1)"
+            #expect(byName.textShape == nil)
+            #expect(try Self.render(byName).text == "SELECT * FROM \"\(table)\" WHERE id = $1")
+            let raw: SQL = "SELECT * FROM \(SQL(unsafeRawSQL: table)) WHERE id = \(1)"
+            #expect(raw.textShape == nil)
+            #expect(try Self.render(raw).text == "SELECT * FROM \(table) WHERE id = $1")
+        }
+        let fragment: SQL = "AND deleted_at IS NULL"
+        let composed: SQL = "SELECT * FROM events WHERE id = \(1) \(fragment)"
+        #expect(composed.textShape != nil)
+        #expect(try Self.render(composed).text == "SELECT * FROM events WHERE id = $1 AND deleted_at IS NULL")
+    }
+}
