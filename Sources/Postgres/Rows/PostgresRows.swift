@@ -56,23 +56,29 @@ final class ResultStorage: @unchecked Sendable {
     /// built on the first lookup (most results are read by position and never need one).
     func columnIndex(named name: String) -> Int? {
         guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
-        return keyLock.withLock {
-            if nameIndex == nil {
-                var index: [String: Int] = [:]
-                for (position, column) in columns.enumerated() where index[column.name] == nil { index[column.name] = position }
-                nameIndex = index
-            }
-            return nameIndex?[name]
+        return keyLock.withLock { indexLocked(name) }
+    }
+
+    /// `columnIndex(named:)` with `keyLock` held.
+    private func indexLocked(_ name: String) -> Int? {
+        guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
+        if nameIndex == nil {
+            var index: [String: Int] = [:]
+            for (position, column) in columns.enumerated() where index[column.name] == nil { index[column.name] = position }
+            nameIndex = index
         }
+        return nameIndex?[name]
     }
 
     /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
-    /// per result and key rather than once per row.
+    /// per result and key rather than once per row; one lock per lookup.
     func index(forCodingKey key: String) -> Int? {
-        if let cached = keyLock.withLock({ keyCache[key] }) { return cached >= 0 ? cached : nil }
-        let index = columnIndex(named: key) ?? columnIndex(named: RowDecoder.snakeCase(key))
-        keyLock.withLock { keyCache[key] = index ?? -1 }
-        return index
+        keyLock.withLock {
+            if let cached = keyCache[key] { return cached >= 0 ? cached : nil }
+            let index = indexLocked(key) ?? indexLocked(RowDecoder.snakeCase(key))
+            keyCache[key] = index ?? -1
+            return index
+        }
     }
 
     @usableFromInline
