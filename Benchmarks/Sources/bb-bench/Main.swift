@@ -9,7 +9,7 @@ import Postgres
 
 /// `bb-bench`: ours vs C libpq vs PostgresNIO, interleaved, on one embedded server.
 ///
-///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,domain,growth,writepath,scaleout,http]
+///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,mix,domain,growth,writepath,scaleout,http]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
@@ -69,6 +69,8 @@ struct Runner {
     /// The concurrency group (Concurrency.swift).
     var loads: [LoadResult] = []
     var flatness: Flatness?
+    /// The backend mix under concurrency (Mix.swift).
+    var mixResults: [MixResult] = []
     /// The growth group (Growth.swift).
     var growthPoints: [GrowthPoint] = []
     /// The write-path group (WritePath.swift): before and after.
@@ -129,6 +131,7 @@ struct Runner {
             try await syncLatency(cluster: cluster, clients: clients)
         }
         if runs("concurrency") { try await concurrency(cluster: cluster) }
+        if runs("mix") { try await mix(cluster: cluster) }
         if runs("domain") { try await domain(cluster: cluster, clients: clients) }
         if runs("growth") { try await growth(cluster: cluster) }
         if runs("writepath") { try await writePath(cluster: cluster) }

@@ -38,6 +38,7 @@ extension Runner {
                 + "\(result.nio.map { format($0, unit: result.unit) } ?? "–") | \(ratioC) | \(ratioNIO) | \(result.goal) | \(met) |")
         }
         lines += concurrencySection()
+        lines += mixSection()
         lines += growthSection()
         lines += writePathSection()
         lines += scaleOutSection()
@@ -54,11 +55,11 @@ extension Runner {
         struct Raw: Encodable {
             var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
             var concurrency: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]; var writePath: [WritePathPoint]
-            var scaleOut: ScaleOutResult?; var http: HTTPResult?
+            var scaleOut: ScaleOutResult?; var http: HTTPResult?; var mix: [MixResult]
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult, http: httpResult)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult, http: httpResult, mix: mixResults)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {
@@ -151,6 +152,69 @@ extension Runner {
             let series = flatness.perWindow.map { String(Int(Double($0) / flatness.windowSeconds)) }.joined(separator: ", ")
             lines.append("| Flat over time: last 10 s within 10% of the first (\(Int(flatness.load.seconds)) s, SELECT $1, P=16, C=256) | ops/s per 10 s: \(series); drift \(String(format: "%.1f", flatness.drift * 100))% | \(verdict(flatness.drift <= 0.1)) |")
         }
+        return lines
+    }
+}
+
+extension Runner {
+    /// The backend mix (Mix.swift): the store's dashboard, timeline and insert per loop.
+    func mixSection() -> [String] {
+        guard !mixResults.isEmpty else { return [] }
+        func find(_ client: String, _ connections: Int, _ callers: Int) -> MixResult? {
+            mixResults.first { $0.client == client && $0.callers == callers && ($0.connections == connections || (client == "pgbench" && $0.connections == min(callers, connections))) }
+        }
+        func latency(_ result: MixResult?) -> String {
+            guard let result else { return "–" }
+            return "\(duration(result.p50)) / \(duration(result.p99)) / \(duration(result.p999))"
+        }
+        func times(_ a: Double?, _ b: Double?) -> String {
+            guard let a, let b, b > 0 else { return "–" }
+            return String(format: "%.2f×", a / b)
+        }
+        var lines = [
+            "",
+            "## Concurrency: a backend's mix (dashboard, timeline, one insert), C callers through P connections",
+            "",
+            "Each loop takes a random family of 20 (30 days of events each) and runs its dashboard, its timeline of today and",
+            "one event insert (a diaper three days back, so that neither read grows during the run). Ours = the store's calls",
+            "(`store.events.dashboard`, `.timeline`, `.record`) as `babybasics_app` over a `PostgresPool`; NIO = the same three",
+            "statements (the store's `Dashboard.statement`, `Timeline.statement` and `EventRepository.recordStatement`, text and",
+            "binary values) through `PostgresClient` with the same maximum; pgbench = the same statements from a script",
+            "(`-M prepared`, min(C, P) clients), its values per loop read by `\\gset` from a table (one more lookup per loop for",
+            "pgbench). Throughput in loops/s; latency of a loop p50 / p99 / p99.9; acquire wait = ours' time to get a",
+            "connection (the pool's `postgres.pool.acquire.wait` timer), p50 / p99; CPU = the client's user + system time per",
+            "loop (getrusage).",
+            "",
+            "| P | C | Ours loops/s | NIO loops/s | pgbench loops/s | Ours / pgbench | Ours / NIO | Ours latency | NIO latency | pgbench latency | Ours acquire wait | CPU per loop: ours / NIO / pgbench |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        var worstPgbench = Double.infinity, worstNIO = Double.infinity, p99Cells = 0, p99Met = 0
+        for connections in [8, 32] {
+            for callers in [16, 64, 256] {
+                let ours = find("ours", connections, callers), nio = find("PostgresNIO", connections, callers), pgbench = find("pgbench", connections, callers)
+                guard let ours else { continue }
+                if let pgbench, pgbench.throughput > 0 { worstPgbench = min(worstPgbench, ours.throughput / pgbench.throughput) }
+                if let nio, nio.throughput > 0 { worstNIO = min(worstNIO, ours.throughput / nio.throughput) }
+                if let nio {
+                    p99Cells += 1
+                    if ours.p99 <= nio.p99 { p99Met += 1 }
+                }
+                let wait = ours.acquireP50.map { "\(duration($0)) / \(duration(ours.acquireP99))" } ?? "–"
+                lines.append("| \(connections) | \(callers) | \(Int(ours.throughput)) | \(nio.map { String(Int($0.throughput)) } ?? "–") | "
+                    + "\(pgbench.map { String(Int($0.throughput)) } ?? "–") | \(times(ours.throughput, pgbench?.throughput)) | \(times(ours.throughput, nio?.throughput)) | "
+                    + "\(latency(ours)) | \(latency(nio)) | \(latency(pgbench)) | \(wait) | "
+                    + "\([ours, nio, pgbench].map { $0.map { String(format: "%.0f µs", $0.cpuPerLoop * 1e6) } ?? "–" }.joined(separator: " / ")) |")
+            }
+        }
+        func verdict(_ met: Bool) -> String { met ? "yes" : "**no**" }
+        lines += [
+            "",
+            "| Goal | Here | Met |",
+            "| --- | --- | --- |",
+            "| Throughput within 1.25× of pgbench (ours ≥ 0.8× of pgbench's loops/s) at every level | worst \(String(format: "%.2f", worstPgbench))× | \(verdict(worstPgbench >= 0.8)) |",
+            "| Ahead of PostgresNIO at every level | worst \(String(format: "%.2f", worstNIO))× | \(verdict(worstNIO > 1)) |",
+            "| p99 no worse than PostgresNIO's | \(p99Met) of \(p99Cells) cells | \(verdict(p99Met == p99Cells && p99Cells > 0)) |",
+        ]
         return lines
     }
 }
