@@ -152,6 +152,24 @@ import Tracing
         #expect(capture.records.filter { $0.message.hasPrefix("callers gave up") }.count == 1)
     }
 
+    /// A pool that is still opening its connections says so, rather than "every connection
+    /// is lent" next to `leased=0`.
+    @Test func anExhaustedPoolSaysWhetherItIsStillOpening() {
+        let capture = LogCapture()
+        var configuration = PostgresConfiguration("postgresql://localhost/x")
+        configuration.logger = capture.logger(level: .info)
+        PoolObserver(configuration: configuration, options: PoolOptions(), reportInterval: .zero)
+            .exhausted(PoolObserver.Counts(open: 8, idle: 0, leased: 0, waiting: 3))
+        PoolObserver(configuration: configuration, options: PoolOptions(), reportInterval: .zero)
+            .exhausted(PoolObserver.Counts(open: 8, idle: 0, leased: 8, waiting: 3))
+        let messages = capture.records.map(\.message)
+        #expect(messages.count == 2)
+        #expect(messages.first?.contains("still being opened") == true)
+        #expect(capture.records.first?.metadata["postgres.pool.opening"] == "8")
+        #expect(messages.last?.contains("every connection is lent") == true)
+        #expect(capture.records.last?.metadata["postgres.pool.opening"] == "0")
+    }
+
     // MARK: Metrics
 
     @Test func metricsRecordDurationsErrorsByClassAndThePoolsCounts() async throws {

@@ -79,6 +79,15 @@ import Testing
                 #expect(SessionSettings.needsOwnSession(sql) == SessionSettings.needsOwnSession(sql.description), "\(sql.description)")
             }
         }
+        // A word that runs across two composed pieces of text is still seen.
+        let tail: SQL = "sory_lock(\(id))"
+        let split: SQL = "SELECT pg_advi\(tail)"
+        #expect(split.description == "SELECT pg_advisory_lock($1)")
+        #expect(SessionSettings.needsOwnSession(split))
+        let setTail: SQL = "ROLE app"
+        #expect(SessionSettings.needsOwnSession("SELECT 1; SET \(setTail)" as SQL))
+        let harmless: SQL = "porary_thing"
+        #expect(!SessionSettings.needsOwnSession("SELECT tem_\(harmless)" as SQL))
         #expect(SessionSettings.needsOwnSession("SELECT set_config(\(name), \(value), true)" as SQL) == false)
         #expect(SessionSettings.needsOwnSession("SELECT set_config(\(name), \(value), \(true))" as SQL) == true)
     }

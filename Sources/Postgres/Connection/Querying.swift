@@ -257,14 +257,29 @@ extension SessionSettings {
         case .value, .null, .identifier: break
         }
         var sawSetConfig = false
+        // The end of the text piece before, when pieces of text follow one another: a word
+        // may run across the seam ("pg_advi" + "sory_lock"), so the seam is scanned too.
+        var tail: [UInt8] = []
         for segment in sql.segments {
-            let found: SessionScan
+            var found: SessionScan
+            var piece: [UInt8] = []
             switch segment {
-            case .literal(let text): found = scan(literal: text)
-            case .text(let text): found = scanForSessionChanges(text)
-            case .identifier(let parts): found = parts.map(scanForSessionChanges).max() ?? .nothing
-            case .value, .null: continue
+            case .literal(let text):
+                found = scan(literal: text)
+                text.withUTF8Buffer { piece = Array($0.prefix(Self.seam)) + [0] + Array($0.suffix(Self.seam)) }
+            case .text(let text):
+                found = scanForSessionChanges(text)
+                piece = Array(text.utf8.prefix(Self.seam)) + [0] + Array(text.utf8.suffix(Self.seam))
+            case .identifier(let parts):
+                found = parts.map(scanForSessionChanges).max() ?? .nothing
+            case .value, .null:
+                tail = []
+                continue
             }
+            if !tail.isEmpty, let split = piece.firstIndex(of: 0) {
+                found = max(found, (tail + piece[..<split]).withUnsafeBufferPointer(scanForSessionChanges))
+            }
+            tail = piece.lastIndex(of: 0).map { Array(piece[($0 + 1)...]) } ?? []
             switch found {
             case .changesSession: return true
             case .callsSetConfig: sawSetConfig = true
@@ -273,6 +288,10 @@ extension SessionSettings {
         }
         return sawSetConfig && hasSessionLevelSetConfig(Array(sql.description.utf8).map(folded))
     }
+
+    /// Bytes on each side of a seam between two text pieces that are scanned together: one
+    /// less than the longest word looked for ("set session", "set_config").
+    private static let seam = 10
 
     /// What a literal of the program's source holds, scanned once: literals live as long as
     /// the process and are finitely many, so they are remembered by address (the store's

@@ -9,10 +9,13 @@ import Synchronization
 /// backend listens (the no-op backend costs one check per change).
 final class PoolObserver: Sendable {
     struct Counts: Equatable {
+        /// Open or being opened.
         var open: Int
         var idle: Int
         var leased: Int
         var waiting: Int
+        /// Counted in `open` but neither idle nor lent yet: being opened.
+        var opening: Int { max(0, open - idle - leased) }
     }
 
     private let logger: Logger
@@ -63,9 +66,12 @@ final class PoolObserver: Sendable {
     /// `reportInterval` (an overloaded pool goes idle and exhausted many times a second).
     func exhausted(_ counts: Counts) {
         guard let suppressed = due("exhausted") else { return }
-        logger.warning("connection pool exhausted: every connection is lent or being opened and callers wait; raise maximumConnections or look for slow statements", metadata: [
+        let why = counts.opening > 0 && counts.leased == 0
+            ? "connections are still being opened (the pool is starting or replacing them) and callers wait; if this lasts, check that the server accepts connections quickly"
+            : "every connection is lent or being opened and callers wait; raise maximumConnections or look for slow statements"
+        logger.warning("connection pool exhausted: \(why)", metadata: [
             "postgres.pool.max": "\(maximumConnections)", "postgres.pool.open": "\(counts.open)",
-            "postgres.pool.leased": "\(counts.leased)", "postgres.pool.waiting": "\(counts.waiting)",
+            "postgres.pool.leased": "\(counts.leased)", "postgres.pool.opening": "\(counts.opening)", "postgres.pool.waiting": "\(counts.waiting)",
             "postgres.pool.times_since_last_report": "\(suppressed + 1)",
         ])
     }
