@@ -84,6 +84,7 @@ import Testing
         let split: SQL = "SELECT pg_advi\(tail)"
         #expect(split.description == "SELECT pg_advisory_lock($1)")
         #expect(SessionSettings.needsOwnSession(split))
+        #expect(SessionSettings.needsOwnSession(split)) // the seam of two literals, remembered
         let setTail: SQL = "ROLE app"
         #expect(SessionSettings.needsOwnSession("SELECT 1; SET \(setTail)" as SQL))
         let harmless: SQL = "porary_thing"

@@ -257,29 +257,26 @@ extension SessionSettings {
         case .value, .null, .identifier: break
         }
         var sawSetConfig = false
-        // The end of the text piece before, when pieces of text follow one another: a word
-        // may run across the seam ("pg_advi" + "sory_lock"), so the seam is scanned too.
-        var tail: [UInt8] = []
+        // A word may run across the seam of two pieces of text that follow one another
+        // ("pg_advi" + "sory_lock"): each seam is scanned too (a value or a quoted name
+        // between two pieces separates their words).
+        var previous: SQL.Segment?
         for segment in sql.segments {
             var found: SessionScan
-            var piece: [UInt8] = []
             switch segment {
             case .literal(let text):
                 found = scan(literal: text)
-                text.withUTF8Buffer { piece = Array($0.prefix(Self.seam)) + [0] + Array($0.suffix(Self.seam)) }
+                if let previous { found = max(found, seamScan(previous, segment)) }
             case .text(let text):
                 found = scanForSessionChanges(text)
-                piece = Array(text.utf8.prefix(Self.seam)) + [0] + Array(text.utf8.suffix(Self.seam))
+                if let previous { found = max(found, seamScan(previous, segment)) }
             case .identifier(let parts):
                 found = parts.map(scanForSessionChanges).max() ?? .nothing
             case .value, .null:
-                tail = []
+                previous = nil
                 continue
             }
-            if !tail.isEmpty, let split = piece.firstIndex(of: 0) {
-                found = max(found, (tail + piece[..<split]).withUnsafeBufferPointer(scanForSessionChanges))
-            }
-            tail = piece.lastIndex(of: 0).map { Array(piece[($0 + 1)...]) } ?? []
+            if case .identifier = segment { previous = nil } else { previous = segment }
             switch found {
             case .changesSession: return true
             case .callsSetConfig: sawSetConfig = true
@@ -289,9 +286,48 @@ extension SessionSettings {
         return sawSetConfig && hasSessionLevelSetConfig(Array(sql.description.utf8).map(folded))
     }
 
-    /// Bytes on each side of a seam between two text pieces that are scanned together: one
-    /// less than the longest word looked for ("set session", "set_config").
+    /// Bytes on each side of a seam that are scanned together: one less than the longest
+    /// word looked for ("set session").
     private static let seam = 10
+
+    /// What lies across the seam of two pieces of text: the last `seam` bytes of `left` and
+    /// the first `seam` of `right`, scanned together (remembered for two literals).
+    static func seamScan(_ left: SQL.Segment, _ right: SQL.Segment) -> SessionScan {
+        if case .literal(let a) = left, case .literal(let b) = right, a.hasPointerRepresentation, b.hasPointerRepresentation {
+            let key = SeamKey(left: UInt(bitPattern: a.utf8Start), right: UInt(bitPattern: b.utf8Start))
+            if let known = literalSeams.withLock({ $0[key] }) { return known }
+            let found = a.withUTF8Buffer { l in b.withUTF8Buffer { r in seamScan(l, r) } }
+            literalSeams.withLock { $0[key] = found }
+            return found
+        }
+        return withBytes(left) { l in withBytes(right) { r in seamScan(l, r) } }
+    }
+
+    private static func withBytes<R>(_ segment: SQL.Segment, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        switch segment {
+        case .literal(let text): return text.withUTF8Buffer(body)
+        case .text(let text):
+            var text = text
+            return text.withUTF8(body)
+        case .value, .null, .identifier: return body(UnsafeBufferPointer(start: nil, count: 0)) // not text: no seam
+        }
+    }
+
+    private static func seamScan(_ left: UnsafeBufferPointer<UInt8>, _ right: UnsafeBufferPointer<UInt8>) -> SessionScan {
+        let tail = left.suffix(seam), head = right.prefix(seam)
+        guard !tail.isEmpty, !head.isEmpty else { return .nothing }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tail.count + head.count) { window in
+            _ = window.initialize(fromContentsOf: tail)
+            _ = UnsafeMutableBufferPointer(rebasing: window[tail.count...]).initialize(fromContentsOf: head)
+            return scanForSessionChanges(UnsafeBufferPointer(window))
+        }
+    }
+
+    struct SeamKey: Hashable, Sendable {
+        let left: UInt
+        let right: UInt
+    }
+    private static let literalSeams = Mutex<[SeamKey: SessionScan]>([:])
 
     /// What a literal of the program's source holds, scanned once: literals live as long as
     /// the process and are finitely many, so they are remembered by address (the store's
