@@ -47,4 +47,14 @@ import Testing
         #expect(composed.textShape != nil)
         #expect(try Self.render(composed).text == "SELECT * FROM events WHERE id = $1 AND deleted_at IS NULL")
     }
+
+    /// A one-character statement is a literal without an address: rendered and checked in full.
+    @Test func aOneCharacterLiteralIsRenderedInFull() throws {
+        let star: SQL = "*"
+        #expect(star.description == "*")
+        #expect(try Self.render(star).text == "*")
+        #expect(!SessionSettings.needsOwnSession(star))
+        let pair: SQL = "SELECT \(1),\(2)"
+        #expect(try Self.render(pair).text == "SELECT $1,$2")
+    }
 }

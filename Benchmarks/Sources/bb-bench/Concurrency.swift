@@ -156,31 +156,41 @@ extension Runner {
     /// most `callers`: the server's own client, the floor for any pool of that size.
     func loadPgbench(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double) async throws -> LoadResult {
         let clients = min(callers, connections)
+        let (latencies, used) = try await runPgbench(cluster: cluster, database: "bench", script: statement.pgbenchScript, clients: clients, duration: duration)
+        return summarize("pgbench", statement, callers, clients, [CallerRecord(latencies: latencies)], duration, used)
+    }
+
+    /// Runs `script` with pgbench (`-M prepared`, `clients` clients, `duration` seconds) and
+    /// returns each transaction's latency, from its per-transaction log, and the CPU it used.
+    /// `options`: PGOPTIONS for its sessions (a role, settings).
+    func runPgbench(cluster: EmbeddedPostgres, database: String, script: String, clients: Int, duration: Double, options: String? = nil) async throws -> ([Double], Usage) {
         let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbench-pgbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
-        let script = folder.appendingPathComponent("script.sql")
-        try Data(statement.pgbenchScript.utf8).write(to: script)
+        let file = folder.appendingPathComponent("script.sql")
+        try Data(script.utf8).write(to: file)
         var environment = ProcessInfo.processInfo.environment
         environment["PGPASSFILE"] = cluster.passFile.path
+        if let options { environment["PGOPTIONS"] = options }
         let before = Usage.now(children: true)
         let result = try await ChildProcess.spawn([
             try Self.pgbench(), "-n", "-M", "prepared", "-c", String(clients), "-j", String(min(clients, 2)), "-T", String(Int(duration)),
-            "-f", script.path, "-l", "--log-prefix", folder.appendingPathComponent("log").path,
-            "-h", cluster.directory.path, "-p", String(try cluster.port()), "-U", EmbeddedPostgres.superuser, "bench",
+            "-f", file.path, "-l", "--log-prefix", folder.appendingPathComponent("log").path,
+            "-h", cluster.directory.path, "-p", String(try cluster.port()), "-U", EmbeddedPostgres.superuser, database,
         ], environment: environment, directory: folder.path).result()
         let used = Usage.now(children: true) - before
-        guard result.status == 0 else { throw BenchError("pgbench failed: \(result.stderr)") }
+        // A client that hits an error is aborted while the others go on: pgbench can then exit 0.
+        guard result.status == 0, !result.stderr.contains("aborted") else { throw BenchError("pgbench failed: \(result.stderr)") }
         // Each log line: client, transaction number, latency in µs, script, epoch s, µs.
         var latencies: [Double] = []
-        for file in try FileManager.default.contentsOfDirectory(atPath: folder.path) where file.hasPrefix("log") {
-            let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path) where name.hasPrefix("log") {
+            let text = try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8)
             for line in text.split(separator: "\n") {
                 let fields = line.split(separator: " ")
                 if fields.count >= 3, let micros = Double(fields[2]) { latencies.append(micros / 1e6) }
             }
         }
-        return summarize("pgbench", statement, callers, clients, [CallerRecord(latencies: latencies)], duration, used)
+        return (latencies, used)
     }
 
     static func pgbench() throws -> String {

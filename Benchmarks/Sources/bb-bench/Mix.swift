@@ -257,30 +257,7 @@ extension Runner {
 
     func mixPgbench(cluster: EmbeddedPostgres, options: String, script: String, callers: Int, connections: Int, duration: Double) async throws -> MixResult {
         let clients = min(callers, connections)
-        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbench-mix-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: folder) }
-        let file = folder.appendingPathComponent("mix.sql")
-        try Data(script.utf8).write(to: file)
-        var environment = ProcessInfo.processInfo.environment
-        environment["PGPASSFILE"] = cluster.passFile.path
-        environment["PGOPTIONS"] = options
-        let before = Usage.now(children: true)
-        let result = try await ChildProcess.spawn([
-            try Self.pgbench(), "-n", "-M", "prepared", "-c", String(clients), "-j", String(min(clients, 2)), "-T", String(Int(duration)),
-            "-f", file.path, "-l", "--log-prefix", folder.appendingPathComponent("log").path,
-            "-h", cluster.directory.path, "-p", String(try cluster.port()), "-U", EmbeddedPostgres.superuser, "mix",
-        ], environment: environment, directory: folder.path).result()
-        let used = Usage.now(children: true) - before
-        guard result.status == 0, !result.stderr.contains("aborted") else { throw BenchError("pgbench (mix) failed: \(result.stderr)") }
-        var latencies: [Double] = []
-        for name in try FileManager.default.contentsOfDirectory(atPath: folder.path) where name.hasPrefix("log") {
-            let text = try String(contentsOf: folder.appendingPathComponent(name), encoding: .utf8)
-            for line in text.split(separator: "\n") {
-                let fields = line.split(separator: " ")
-                if fields.count >= 3, let micros = Double(fields[2]) { latencies.append(micros / 1e6) }
-            }
-        }
+        let (latencies, used) = try await runPgbench(cluster: cluster, database: "mix", script: script, clients: clients, duration: duration, options: options)
         return summarizeMix("pgbench", callers, clients, latencies, duration, used)
     }
 

@@ -79,8 +79,8 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
     /// another client (the benchmarks give the store's statements to PostgresNIO and pgbench).
     ///
     /// ```swift
-    /// let sql: SQL = "SELECT * FROM events WHERE child_id = \(childID) AND deleted_at IS \(nil as Date?)"
-    /// print(sql.description)                  // SELECT * FROM events WHERE child_id = $1 AND deleted_at IS $2
+    /// let sql: SQL = "SELECT * FROM events WHERE child_id = \(childID) AND start_time >= \(since)"
+    /// print(sql.description)                  // SELECT * FROM events WHERE child_id = $1 AND start_time >= $2
     /// print(sql.parameters.map(\.type))       // [uuid, timestamptz]
     /// ```
     public var parameters: [Parameter] {
@@ -133,7 +133,8 @@ public struct SQL: Sendable, ExpressibleByStringInterpolation, CustomStringConve
         }
 
         public mutating func appendLiteral(_ literal: StaticString) {
-            if literal.utf8CodeUnitCount > 0 || !literal.hasPointerRepresentation { segments.append(.literal(literal)) }
+            // (utf8CodeUnitCount may only be asked of a literal with a pointer representation.)
+            if !literal.hasPointerRepresentation || literal.utf8CodeUnitCount > 0 { segments.append(.literal(literal)) }
         }
 
         /// A value, sent as a parameter.
