@@ -80,13 +80,16 @@ example-test: deps
 	@if grep -E "$(CURDIR)/(Sources|Tests|$(EXAMPLE)/Sources|$(EXAMPLE)/Tests)/.*: warning:" .build/example-build.log; then echo "error: the example's build has warnings (see above); fix them" >&2; exit 1; fi
 	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_LOG_LEVEL=error $(SWIFT) test --package-path $(EXAMPLE) --skip-build --disable-xctest
 
-# The whole suite twice: on the system's PostgreSQL (Debian's 15) and on PostgreSQL 18.
+# The whole suite twice: on the system's PostgreSQL (Debian's 15) with the system's libpq, and on
+# PostgreSQL 18 with the wheel's libpq 18, whose PQsendPipelineSync lets the engine send the
+# requests of one loop batch in one write (the other path; see WriteCoalescingTests).
 test: test-deps build-tests docs pg18 compose-check
 	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
 	@echo "== The store's suite again, through PgBouncer in transaction pooling mode (the system's PostgreSQL)"
 	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_STORE_THROUGH=pgbouncer BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest --filter BabyBasicsStoreTests
 	@bin=$$(scripts/pg18-bindir.sh) && \
-		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18)" BB_PG_BINDIR="$$bin"
+		LD_LIBRARY_PATH="$$bin/../lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18), with its libpq 18" BB_PG_BINDIR="$$bin"
 	@$(MAKE) --no-print-directory example-test
 	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
 	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
@@ -175,4 +178,6 @@ bench: deps
 	@mkdir -p .build
 	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
 	$(SWIFT) build -c release --package-path Benchmarks
-	BB_BENCH_CLIBPQ=$(CURDIR)/.build/bench-clibpq Benchmarks/.build/release/bb-bench $(BENCH_ARGS)
+	@if [ "$(BENCH_LIBPQ)" = 18 ]; then $(MAKE) --no-print-directory pg18 >/dev/null; fi
+	$(if $(filter 18,$(BENCH_LIBPQ)),LD_LIBRARY_PATH="$$(scripts/pg18-bindir.sh)/../lib") \
+		BB_BENCH_CLIBPQ=$(CURDIR)/.build/bench-clibpq Benchmarks/.build/release/bb-bench $(BENCH_ARGS)

@@ -16,6 +16,10 @@ final class ConnectionMirror: Sendable {
     let sessionDirty = Atomic<Bool>(false)
     /// A row stream is open.
     let streaming = Atomic<Bool>(false)
+    /// Requests handed to the socket, and the writes that carried them: with libpq 17 or newer
+    /// the requests of one loop batch share a write (see `ConnectionCore.coalescesWrites`).
+    let requestsWritten = Atomic<Int>(0)
+    let writes = Atomic<Int>(0)
     /// The server sent FATAL while no statement ran (an administrator's termination, a
     /// shutdown, an idle-session timeout): it ends the session and runs nothing more.
     let serverEndedSession = Atomic<Bool>(false)
@@ -64,6 +68,21 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     private var waiting: [Request] = []
     private var pipelineOn = false
     private var flushPending = false
+    /// The last request queued in libpq's buffer since the last flush, and how many were
+    /// (only with `queueSync`).
+    private var lastUnflushed: Request?
+    private var unflushedCount = 0
+    private var flushScheduled = false
+    /// libpq 17's `PQsendPipelineSync` (a Sync queued without flushing), when the loaded libpq
+    /// has it: requests then wait in libpq's buffer until the loop's batch of work ends, and the
+    /// requests of one batch leave in one write (one system call, one wake-up of the server
+    /// process instead of one per request). With an older libpq, `PQpipelineSync` flushes each
+    /// request at once. `BB_POSTGRES_FLUSH_EACH=1` turns coalescing off, for comparisons.
+    private static let queueSync: bb_send_pipeline_sync_fn? =
+        ProcessInfo.processInfo.environment["BB_POSTGRES_FLUSH_EACH"] == "1" ? nil : bb_send_pipeline_sync_function()
+
+    /// Whether requests sent in one batch of the loop share a write (libpq 17 or newer).
+    static var coalescesWrites: Bool { queueSync != nil }
     /// A cancel request is on its way for `request`; nothing more is sent until both its call
     /// returned and that request completed, so the cancel cannot hit a later statement.
     private var cancelInFlight: (request: UInt64, callReturned: Bool, requestDone: Bool)?
@@ -317,10 +336,18 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
         request.sent = true
         inflight.append(request)
         var ok = true
+        var queued = false
         switch request.kind {
         case .extended(let steps):
             for step in steps where ok { ok = send(step, on: conn) }
-            if ok { ok = PQpipelineSync(conn) == 1 }
+            if ok {
+                if let queueSync = Self.queueSync {
+                    ok = queueSync(conn) == 1
+                    queued = true
+                } else {
+                    ok = PQpipelineSync(conn) == 1
+                }
+            }
         case .simple(let script):
             ok = PQsendQuery(conn, script) == 1
         case .stream(let step, _):
@@ -331,9 +358,36 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             request.undelivered = true // libpq could not queue it: nothing of it reached the server
             return connectionLost()
         }
+        if queued {
+            lastUnflushed = request
+            unflushedCount += 1
+            if !flushScheduled {
+                flushScheduled = true
+                loop.afterThisBatch { [self] in flushQueued() }
+            }
+            return
+        }
         // A flush that fails right away failed before the request's closing Sync was
         // delivered: the server cannot have committed it.
         if PQflush(conn) == -1 { request.undelivered = true }
+        mirror.requestsWritten.add(1, ordering: .relaxed)
+        mirror.writes.add(1, ordering: .relaxed)
+        flush()
+    }
+
+    /// Sends what `send` queued during the loop's batch, in one write.
+    private func flushQueued() {
+        flushScheduled = false
+        let last = lastUnflushed, count = unflushedCount
+        lastUnflushed = nil
+        unflushedCount = 0
+        // Offloaded (a blocking COPY took the connection): its helper's own calls flush.
+        guard let conn, !isBroken, !offloaded, let last else { return }
+        // As above, for the batch's last request only: its Sync ends the buffer. Requests
+        // before it may have reached the server before the write failed: unknown.
+        if PQflush(conn) == -1 { last.undelivered = true }
+        mirror.requestsWritten.add(count, ordering: .relaxed)
+        mirror.writes.add(1, ordering: .relaxed)
         flush()
     }
 

@@ -40,6 +40,7 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     private var nextToken: UInt64 = 1
     private var timers = TimerHeap()
     private var running: [Work] = []
+    private var afterBatch: [() -> Void] = []
 
     init(index: Int) {
         self.index = index
@@ -161,6 +162,7 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
                 runWork()
                 fireTimers(clock.now)
                 pollWithoutWaiting(&events)
+                runAfterBatch()
                 continue
             }
             let timeout = timers.millisecondsUntilNext(from: clock.now)
@@ -168,6 +170,23 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
             inbox.withLock { $0.sleeping = false }
             dispatch(&events, count: count)
             fireTimers(clock.now)
+            runAfterBatch()
+        }
+    }
+
+    /// Calls `body` on the loop thread once the current batch of work, I/O and timers is done,
+    /// before the loop waits again (connections flush their queued requests there, so that the
+    /// requests of one batch leave in one write).
+    func afterThisBatch(_ body: @escaping () -> Void) {
+        assert(inLoop, "after-batch work was queued off its loop's thread")
+        afterBatch.append(body)
+    }
+
+    private func runAfterBatch() {
+        while !afterBatch.isEmpty {
+            let batch = afterBatch
+            afterBatch.removeAll(keepingCapacity: true)
+            for body in batch { body() }
         }
     }
 
