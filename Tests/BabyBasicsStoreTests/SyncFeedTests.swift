@@ -682,19 +682,12 @@ private struct RolledBack: Error {}
     }
 }
 
-/// Runs a program and fails the test with its output if it fails.
+/// Runs a program and fails the test with its output if it fails. (`ChildProcess`, not
+/// Foundation's `Process`, whose `waitUntilExit` can miss a child's exit on Linux.)
 func run(_ executable: String, _ arguments: [String]) throws {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    if process.terminationStatus != 0 {
-        Issue.record("\(executable) \(arguments.joined(separator: " ")) exited \(process.terminationStatus): \(text)")
+    let result = try ChildProcess.spawn([executable] + arguments).waitBlocking()
+    if result.status != 0 {
+        Issue.record("\(executable) \(arguments.joined(separator: " ")) exited \(result.status): \(result.stdout)\(result.stderr)")
         throw RolledBack()
     }
 }
