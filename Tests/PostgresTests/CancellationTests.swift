@@ -7,11 +7,11 @@ import Testing
         do { let (connection, database) = try await freshConnection()
             let observer = try await database.connect()
             let pid = await connection.backendPID
-            let task = Task { try await connection.execute("SELECT pg_sleep(10)") }
+            let task = Task { try await connection.execute("SELECT pg_sleep(60)") }
             // Wait until the server runs it.
             var running = false
             for _ in 0..<100 where !running {
-                running = try await observer.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(10)' AND state = 'active'") == 1
+                running = try await observer.value(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(60)' AND state = 'active'") == 1
                 if !running { try await Task.sleep(for: .milliseconds(20)) }
             }
             #expect(running)
@@ -25,12 +25,12 @@ import Testing
                 return
             }
             #expect(error.kind == .queryCanceled)
-            // Typically tens of milliseconds. The bound is 2 s, not 1 s, because this runs beside
-            // 160 other tests on 2 cores: the cancel request's fork in the postmaster and the
-            // task's resumption can wait for the scheduler (1.13 s seen once on CI-like load).
-            #expect(elapsed < .seconds(2), "cancellation took \(elapsed)")
+            // Typically tens of milliseconds, but this runs beside 360 other tests on 2 cores
+            // (2.03 s seen once), so no speed is asserted: only that the cancel stopped the
+            // statement, far before the end of its 60 s.
+            #expect(elapsed < .seconds(30), "the statement was not stopped by the cancel (it ran \(elapsed))")
             let stillRunning = try await observer.value(
-                Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(10)' AND state = 'active'")
+                Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(60)' AND state = 'active'")
             #expect(stillRunning == 0)
             // The connection survives a cancelled query.
             #expect(try await connection.value(Int.self, "SELECT 1") == 1)
