@@ -178,6 +178,8 @@ bench: deps
 	@mkdir -p .build
 	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
 	$(SWIFT) build -c release --package-path Benchmarks
-	@if [ "$(BENCH_LIBPQ)" = 18 ]; then $(MAKE) --no-print-directory pg18 >/dev/null; fi
-	$(if $(filter 18,$(BENCH_LIBPQ)),LD_LIBRARY_PATH="$$(scripts/pg18-bindir.sh)/../lib") \
-		BB_BENCH_CLIBPQ=$(CURDIR)/.build/bench-clibpq Benchmarks/.build/release/bb-bench $(BENCH_ARGS)
+	@if [ "$(BENCH_LIBPQ)" = 18 ]; then \
+		$(MAKE) --no-print-directory pg18 >/dev/null && bin=$$(scripts/pg18-bindir.sh) || exit 2; \
+		export LD_LIBRARY_PATH="$$bin/../lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}"; \
+	fi; \
+	BB_BENCH_CLIBPQ=$(CURDIR)/.build/bench-clibpq Benchmarks/.build/release/bb-bench $(BENCH_ARGS)

@@ -42,6 +42,24 @@ import CLibPQ
         await connection.close()
     }
 
+    /// A batch larger than the socket can take at once (16 callers × 256 kB of text): the
+    /// write is finished when the socket drains, and every caller gets its own text back.
+    @Test func aBatchLargerThanTheSocketBufferArrivesWhole() async throws {
+        let (connection, _) = try await freshConnection()
+        let wrong = try await withThrowingTaskGroup(of: Int.self) { group in
+            for caller in 0..<16 {
+                group.addTask(executorPreference: connection.taskExecutor) {
+                    let text = String(repeating: String(UnicodeScalar(UInt8(97 + caller))), count: 256 * 1024) + "\(caller)"
+                    let echoed = try await connection.fetchValue(String.self, "SELECT \(text)::text")
+                    return echoed == text ? 0 : 1
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        #expect(wrong == 0)
+        await connection.close()
+    }
+
     /// A batch whose write finds the backend gone fails every request of it, and the
     /// connection's next user gets a clear error, not a hang.
     @Test func aBatchSentToATerminatedBackendFailsEachOfItsRequests() async throws {

@@ -69,10 +69,9 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
     private var pipelineOn = false
     private var flushPending = false
     /// The last request queued in libpq's buffer since the last flush, and how many were
-    /// (only with `queueSync`).
+    /// (only with `queueSync`). A flush is scheduled exactly while `lastUnflushed` is set.
     private var lastUnflushed: Request?
     private var unflushedCount = 0
-    private var flushScheduled = false
     /// libpq 17's `PQsendPipelineSync` (a Sync queued without flushing), when the loaded libpq
     /// has it: requests then wait in libpq's buffer until the loop's batch of work ends, and the
     /// requests of one batch leave in one write (one system call, one wake-up of the server
@@ -359,12 +358,9 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
             return connectionLost()
         }
         if queued {
+            if lastUnflushed == nil { loop.afterThisBatch { [self] in flushQueued() } }
             lastUnflushed = request
             unflushedCount += 1
-            if !flushScheduled {
-                flushScheduled = true
-                loop.afterThisBatch { [self] in flushQueued() }
-            }
             return
         }
         // A flush that fails right away failed before the request's closing Sync was
@@ -377,7 +373,6 @@ final class ConnectionCore: EventLoop.Handler, @unchecked Sendable {
 
     /// Sends what `send` queued during the loop's batch, in one write.
     private func flushQueued() {
-        flushScheduled = false
         let last = lastUnflushed, count = unflushedCount
         lastUnflushed = nil
         unflushedCount = 0
