@@ -55,12 +55,12 @@ import Glibc
 
     @Test func wrongPortFailsFastWithoutThePassword() async throws {
         let port = try unusedPort()
-        let clock = ContinuousClock()
-        let started = clock.now
+        // Fast means refused, not timed out: with a 60 s timeout, the refusal itself is the
+        // answer (no speed asserted; 3.1 s was seen under a full suite on 2 cores).
         let error = await expectPostgresError(.connectionFailure) {
-            _ = try await PostgresConnection.connect("postgresql://postgres:\(Self.secret)@127.0.0.1:\(port)/x", connectTimeout: 2)
+            _ = try await PostgresConnection.connect("postgresql://postgres:\(Self.secret)@127.0.0.1:\(port)/x", connectTimeout: 60)
         }
-        #expect(clock.now - started < .seconds(3))
+        #expect(error?.message.contains("refused") == true, "\(error.map { "\($0)" } ?? "")")
         #expect(error?.description.contains(Self.secret) == false)
         #expect(error?.message.contains("\(port)") == true)
     }
