@@ -12,7 +12,7 @@ import CLibPQ
     /// Sync without flushing.
     @Test func requestsOfOneBatchShareAWriteWhenLibpqCanQueueASync() async throws {
         let (connection, _) = try await freshConnection()
-        #expect(ConnectionCore.coalescesWrites == (PQlibVersion() >= 170000 && ProcessInfo.processInfo.environment["BB_POSTGRES_FLUSH_EACH"] != "1"))
+        #expect(ConnectionDriver.coalescesWrites == (PQlibVersion() >= 170000 && ProcessInfo.processInfo.environment["BB_POSTGRES_FLUSH_EACH"] != "1"))
         let mirror = connection.core.mirror
         let requestsBefore = mirror.requestsWritten.load(ordering: .relaxed)
         let writesBefore = mirror.writes.load(ordering: .relaxed)
@@ -32,7 +32,7 @@ import CLibPQ
         let requests = mirror.requestsWritten.load(ordering: .relaxed) - requestsBefore
         let writes = mirror.writes.load(ordering: .relaxed) - writesBefore
         #expect(requests >= 32 * 50) // and the statement's preparation
-        if ConnectionCore.coalescesWrites {
+        if ConnectionDriver.coalescesWrites {
             // 32 callers resumed in one batch send 32 requests in one write; allow for
             // batches that the scheduling split.
             #expect(writes * 2 <= requests, "requests \(requests), writes \(writes)")

@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 
 /// Builds the rows of a binary `COPY … FROM STDIN`, sending them in 256 KiB chunks.
@@ -12,7 +11,7 @@ import Foundation
 /// }
 /// ```
 public struct PostgresCopyWriter: ~Copyable {
-    let connection: OpaquePointer
+    let connection: LibPQConnection
     var buffer: [UInt8] = []
     var fieldCount: Int
     /// Rows appended so far.
@@ -22,7 +21,7 @@ public struct PostgresCopyWriter: ~Copyable {
     /// The most bytes handed to libpq at once (its limit is 2 GiB); a row may span chunks.
     let chunkLimit: Int
 
-    init(connection: OpaquePointer, fieldCount: Int, chunkLimit: Int) {
+    init(connection: LibPQConnection, fieldCount: Int, chunkLimit: Int) {
         self.connection = connection
         self.fieldCount = fieldCount
         self.chunkLimit = chunkLimit
@@ -73,14 +72,11 @@ public struct PostgresCopyWriter: ~Copyable {
     /// Sends what is buffered.
     mutating func flush() throws {
         guard !buffer.isEmpty else { return }
-        guard let count = Int32(exactly: buffer.count) else {
+        guard Int32(exactly: buffer.count) != nil else {
             throw PostgresError(kind: .invalidParameter, message: "COPY row \(rows + 1) is larger than 2 GiB")
         }
-        let sent = buffer.withUnsafeBufferPointer { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { PQputCopyData(connection, $0.baseAddress, count) }
-        }
-        guard sent == 1 else {
-            throw PostgresError(kind: .connectionFailure, message: "COPY data could not be sent: " + String(cString: PQerrorMessage(connection)))
+        guard buffer.withUnsafeBufferPointer({ connection.putCopyData($0) }) else {
+            throw PostgresError(kind: .connectionFailure, message: "COPY data could not be sent: " + connection.errorMessage.trimmingCharacters(in: .whitespacesAndNewlines))
         }
         buffer.removeAll(keepingCapacity: true)
     }
@@ -121,7 +117,7 @@ extension PostgresConnection {
         return try await observer.observe(ObservedStatement(text: statement, parameterCount: 0), server: server) {
             try await blocking { session in
                 let connection = session.connection
-                try session.startCopy(statement, expecting: PGRES_COPY_IN)
+                try session.startCopy(statement, expecting: .copyIn)
                 var writer = PostgresCopyWriter(connection: connection, fieldCount: fieldCount, chunkLimit: chunkLimit)
                 do {
                     try rows(&writer)
@@ -129,11 +125,11 @@ extension PostgresConnection {
                     try writer.flush()
                 } catch {
                     // Abort: the server rolls the COPY back; report the client's reason.
-                    _ = PQputCopyEnd(connection, "aborted by the client: \(error)")
-                    while let result = PQgetResult(connection) { PQclear(result) }
+                    _ = connection.putCopyEnd(abortReason: "aborted by the client: \(error)")
+                    connection.drainResults()
                     throw error
                 }
-                guard PQputCopyEnd(connection, nil) == 1 else { throw session.connectionError(query: statement) }
+                guard connection.putCopyEnd(abortReason: nil) else { throw session.connectionError(query: statement) }
                 return try session.finishCopy(query: statement)
             }
         }
@@ -166,32 +162,22 @@ extension PostgresConnection {
         return try await observer.observe(ObservedStatement(text: statement, parameterCount: 0), server: server) {
             try await blocking { session in
                 let connection = session.connection
-                try session.startCopy(statement, expecting: PGRES_COPY_OUT)
+                try session.startCopy(statement, expecting: .copyOut)
                 var failure: (any Error)?
                 while true {
-                    var chunk: UnsafeMutablePointer<CChar>?
-                    let length = PQgetCopyData(connection, &chunk, 0)
-                    if length > 0, let chunk {
-                        if failure == nil {
-                            do { try body(UnsafeRawBufferPointer(start: chunk, count: Int(length))) } catch {
-                                failure = error
-                                // Stop the server; the rest of the data is drained below.
-                                var message = [CChar](repeating: 0, count: 256)
-                                if let cancel = PQgetCancel(connection) {
-                                    _ = PQcancel(cancel, &message, Int32(message.count))
-                                    PQfreeCancel(cancel)
-                                }
-                            }
+                    let more = connection.readCopyChunk { chunk in
+                        guard failure == nil else { return }
+                        do { try body(chunk) } catch {
+                            failure = error
+                            // Stop the server; the rest of the data is drained below.
+                            connection.makeCancel()?.sendBlocking()
                         }
-                        PQfreemem(chunk)
-                    } else if length == -1 {
-                        break
-                    } else {
-                        throw session.connectionError(query: statement)
                     }
+                    guard let more else { throw session.connectionError(query: statement) }
+                    if !more { break }
                 }
                 if let failure {
-                    while let result = PQgetResult(connection) { PQclear(result) }
+                    connection.drainResults()
                     throw failure
                 }
                 return try session.finishCopy(query: statement)
@@ -200,7 +186,7 @@ extension PostgresConnection {
     }
 
     /// Runs `work` with the connection in blocking mode on a thread of its own (see
-    /// `ConnectionCore.runBlocking`); cancelling the task cancels the COPY on the server.
+    /// `runBlocking`); cancelling the task cancels the COPY on the server.
     private func blocking<T: Sendable>(_ work: @escaping @Sendable (BlockingSession) throws -> T) async throws -> T {
         if Task.isCancelled {
             throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before the COPY began", sqlState: "57014")
@@ -219,7 +205,7 @@ extension PostgresConnection {
 extension PostgresConnection {
     /// Runs `body` with the connection in blocking mode on a thread of its own, once nothing
     /// else is in flight; the I/O thread leaves the socket alone meanwhile.
-    func runBlocking<T: Sendable>(_ body: @escaping @Sendable (OpaquePointer) throws -> T) async throws -> T {
+    func runBlocking<T: Sendable>(_ body: @escaping @Sendable (LibPQConnection) throws -> T) async throws -> T {
         // Nothing may be sent between the check and the hand-over: no await between them.
         while core.lastPendingID != nil { await waitUntilIdle() }
         let box = UncheckedBox(try core.beginBlocking())
@@ -231,63 +217,33 @@ extension PostgresConnection {
     }
 }
 
-/// libpq calls of a COPY, on the helper thread that owns the connection meanwhile.
+/// A COPY on the helper thread that owns the connection meanwhile (libpq in blocking mode).
 struct BlockingSession {
-    let connection: OpaquePointer
+    let connection: LibPQConnection
     let secrets: [String]
 
     /// Sends the COPY statement and checks that the server entered `status`; a refusal (a bad
-    /// column, a missing table) comes back as its own error.
-    func startCopy(_ text: String, expecting status: ExecStatusType) throws {
-        guard let started = PQexec(connection, text) else { throw connectionError(query: text) }
-        guard PQresultStatus(started) == status else {
-            throw failure(started, query: text)
+    /// column, a missing table) comes back as its own error, with every field the server sent.
+    func startCopy(_ text: String, expecting status: LibPQConnection.CopyStatus) throws {
+        switch connection.execute(text, secrets: secrets) {
+        case .failure(let error):
+            throw error
+        case .success(let started) where started == status:
+            return
+        case .success:
+            var error = PostgresError(kind: .misuse, message: "COPY did not start")
+            error.query = text
+            throw error
         }
-        PQclear(started)
     }
 
     /// Reads the COPY's final result and drains libpq to idle before reporting it, so an error
     /// never leaves the connection busy.
     func finishCopy(query: String) throws -> Int {
-        guard let result = PQgetResult(connection) else { throw connectionError(query: query) }
-        while let extra = PQgetResult(connection) { PQclear(extra) }
-        let status = PQresultStatus(result)
-        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else { throw failure(result, query: query) }
-        let storage = ResultStorage(result: result)
-        return storage.affectedRows
-    }
-
-    /// The error a failed result carries (and frees it).
-    func failure(_ result: OpaquePointer, query: String) -> PostgresError {
-        defer { PQclear(result) }
-        func field(_ code: Character) -> String? {
-            guard let ascii = code.asciiValue, let value = PQresultErrorField(result, Int32(ascii)) else { return nil }
-            return String(cString: value)
-        }
-        let sqlState = field("C")
-        var error = PostgresError(
-            kind: sqlState.map(PostgresError.kind(forSQLState:)) ?? .protocolViolation,
-            message: Redaction.redact((field("M") ?? String(cString: PQresultErrorMessage(result))).trimmingCharacters(in: .whitespacesAndNewlines), secrets: secrets),
-            sqlState: sqlState)
-        error.detail = field("D")
-        error.hint = field("H")
-        error.constraint = field("n")
-        error.table = field("t")
-        error.column = field("c")
-        error.query = query
-        if sqlState == nil, PQresultStatus(result) != PGRES_FATAL_ERROR {
-            error.kind = .misuse
-            error.message = "COPY did not start"
-        }
-        return error
+        try connection.finishBlockingCommand(query: query, secrets: secrets).get()
     }
 
     func connectionError(query: String) -> PostgresError {
-        let bad = PQstatus(connection) == CONNECTION_BAD
-        let message = Redaction.redact(String(cString: PQerrorMessage(connection)), secrets: secrets).trimmingCharacters(in: .whitespacesAndNewlines)
-        var error = PostgresError(kind: bad ? .connectionFailure : .protocolViolation, message: bad ? "the connection to the server was lost: \(message)" : message)
-        error.query = query
-        error.lostConnectionOutcome = .outcomeUnknown
-        return error
+        connection.connectionError(query: query, secrets: secrets)
     }
 }

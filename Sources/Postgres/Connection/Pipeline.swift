@@ -1,4 +1,3 @@
-import CLibPQ
 
 extension PostgresConnection {
     /// Sends many statements in one go, in libpq's pipeline mode with a single sync point:

@@ -1,4 +1,3 @@
-import CLibPQ
 import Metrics
 import Foundation
 import Logging
@@ -248,19 +247,8 @@ public struct PostgresConfiguration: Sendable {
 
     /// The value the connection string gives `keyword`, if any.
     func conninfoValue(_ keyword: String) -> String? {
-        guard let connectionString, !connectionString.isEmpty else { return nil }
-        var error: UnsafeMutablePointer<CChar>?
-        guard let options = PQconninfoParse(connectionString, &error) else {
-            if let error { PQfreemem(error) }
-            return nil
-        }
-        defer { PQconninfoFree(options) }
-        var option = options
-        while let name = option.pointee.keyword {
-            if String(cString: name) == keyword { return option.pointee.val.map { String(cString: $0) } }
-            option += 1
-        }
-        return nil
+        guard let connectionString, !connectionString.isEmpty, case .success(let options) = Conninfo.parse(connectionString) else { return nil }
+        return options.first { $0.keyword == keyword }?.value
     }
 
     /// The password the string carries, if any, so messages can hide it.
@@ -269,25 +257,14 @@ public struct PostgresConfiguration: Sendable {
         if let environmentPassword = ProcessInfo.processInfo.environment["PGPASSWORD"], !environmentPassword.isEmpty {
             found.append(environmentPassword)
         }
-        guard let connectionString, !connectionString.isEmpty else { return found }
-        var error: UnsafeMutablePointer<CChar>?
-        if let options = PQconninfoParse(connectionString, &error) {
-            defer { PQconninfoFree(options) }
-            var option = options
-            while let keyword = option.pointee.keyword {
-                if String(cString: keyword) == "password", let value = option.pointee.val {
-                    let password = String(cString: value)
-                    if !password.isEmpty {
-                        found.append(password)
-                        if let encoded = password.addingPercentEncoding(withAllowedCharacters: .alphanumerics), encoded != password {
-                            found.append(encoded)
-                        }
-                    }
-                }
-                option += 1
+        guard let connectionString, !connectionString.isEmpty, case .success(let options) = Conninfo.parse(connectionString) else { return found }
+        for option in options where option.keyword == "password" {
+            guard let password = option.value, !password.isEmpty else { continue }
+            found.append(password)
+            if let encoded = password.addingPercentEncoding(withAllowedCharacters: .alphanumerics), encoded != password {
+                found.append(encoded)
             }
         }
-        if let error { PQfreemem(error) }
         return found
     }
 
@@ -305,15 +282,11 @@ public struct PostgresConfiguration: Sendable {
                 kind: .invalidConfiguration,
                 message: "the connection string is neither a postgresql:// URL nor key=value settings; example: postgresql://user@localhost:5432/babybasics")
         }
-        var error: UnsafeMutablePointer<CChar>?
-        guard let options = PQconninfoParse(connectionString, &error) else {
-            let detail = error.map { String(cString: $0) } ?? "unknown error"
-            if let error { PQfreemem(error) }
+        if case .failure(let failure) = Conninfo.parse(connectionString) {
             throw PostgresError(
                 kind: .invalidConfiguration,
-                message: "the connection string is invalid: " + Redaction.hideQuoted(Redaction.redact(detail, secrets: secrets)).trimmingCharacters(in: .whitespacesAndNewlines))
+                message: "the connection string is invalid: " + Redaction.hideQuoted(Redaction.redact(failure.message, secrets: secrets)).trimmingCharacters(in: .whitespacesAndNewlines))
         }
-        PQconninfoFree(options)
     }
 }
 

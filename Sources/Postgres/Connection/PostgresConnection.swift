@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 import Synchronization
 
@@ -10,7 +9,7 @@ import Synchronization
 /// connection. Statements from different tasks on one connection are pipelined: each goes out
 /// as soon as it is called, with its own sync point, and each caller gets exactly its own
 /// results. Cancelling the task that awaits a statement cancels it on the server when that is
-/// safe (see `ConnectionCore.interrupt`), and every statement can have a deadline.
+/// safe (see `ConnectionStateMachine.interrupt`), and every statement can have a deadline.
 ///
 /// Statements are prepared once per connection and cached by SQL text; results come back in
 /// binary format.
@@ -25,7 +24,7 @@ import Synchronization
 /// ```
 public actor PostgresConnection {
     nonisolated let loop: EventLoop
-    nonisolated let core: ConnectionCore
+    nonisolated let core: ConnectionDriver
     /// The connection's I/O thread.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
@@ -75,7 +74,7 @@ public actor PostgresConnection {
         kept.noticeHandler = nil
         self.configuration = kept
         observer = QueryObserver(configuration: configuration, connectionID: id)
-        core = ConnectionCore(loop: loop, secrets: configuration.secrets)
+        core = ConnectionDriver(loop: loop, secrets: configuration.secrets)
         if let handler = configuration.noticeHandler { core.noticeBox = NoticeBox(handler: handler) }
     }
 
@@ -128,8 +127,9 @@ public actor PostgresConnection {
         let start = ContinuousClock.now
         do {
             let core = self.core
+            let timeout = ContinuousClock.now.duration(to: deadline)
             try await withCheckedThrowingContinuation { continuation in
-                core.connect(keywords: keywords, values: values, deadline: deadline, description: target, continuation: continuation)
+                core.connect(keywords: keywords, values: values, timeout: timeout, description: target, continuation: continuation)
             }
             try await prepareSession(timeout: .seconds(configuration.effectiveConnectTimeout))
         } catch {
@@ -173,8 +173,7 @@ public actor PostgresConnection {
 
     /// Whether a transaction is open on the server (including an aborted one).
     public var isInTransaction: Bool {
-        let status = core.transactionStatus
-        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
+        core.transactionStatus.isInTransaction
     }
 
     /// Closes the connection; statements in flight fail. Later calls fail with `connectionFailure`.

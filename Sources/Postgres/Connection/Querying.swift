@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 import Synchronization
 
@@ -80,7 +79,7 @@ extension PostgresConnection {
         // One deadline for the whole call: preparing counts against it.
         let deadline = Deadline(timeout ?? configuration.queryTimeout)
         let statement = try await preparedStatement(for: rendered, timeout: deadline.remaining)
-        let idleBefore = core.transactionStatus == PQTRANS_IDLE
+        let idleBefore = core.transactionStatus == .idle
         do {
             return try await execute(statement, rendered, timeout: deadline.remaining)
         } catch let error as PostgresError where Self.isStalePlan(error) && !statement.isUnnamed {

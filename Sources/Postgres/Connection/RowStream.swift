@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 
 /// Shared by a row stream's iterator and its connection: the request, the rows waiting, and
@@ -154,7 +153,7 @@ extension PostgresConnection {
         guard let stream = openStream else { return }
         openStream = nil
         if let reason, !(stream.state.finished && stream.state.buffered == 0) { stream.closed(reason: reason) }
-        core.abandonStream(stream.state, requestID: stream.requestID)
+        core.abandonStream(stream.state)
         await waitUntilComplete(stream.requestID)
     }
 }

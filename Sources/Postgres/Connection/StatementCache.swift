@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 
 /// A statement prepared on one connection.
@@ -72,7 +71,7 @@ extension PostgresConnection {
     /// Sends the waiting `DEALLOCATE`s, fire and forget, when no transaction is open (one that
     /// failed would refuse them).
     func flushDeallocations() {
-        guard !pendingDeallocations.isEmpty, core.transactionStatus == PQTRANS_IDLE else { return }
+        guard !pendingDeallocations.isEmpty, core.transactionStatus == .idle else { return }
         let steps = pendingDeallocations.map { Request.Step.deallocate(name: $0) }
         pendingDeallocations.removeAll()
         let request = Request(id: Self.nextRequestID(), kind: .extended(steps), text: "DEALLOCATE")

@@ -1,8 +1,9 @@
-import CLibPQ
 import Foundation
 
 /// One thing sent to the server and awaited by one caller: a few extended-protocol steps and
-/// their sync point (pipeline mode), a simple-protocol script, or a streamed query.
+/// their sync point (pipeline mode), a simple-protocol script, or a streamed query. The
+/// driver keeps it while the machine decides its fate: its messages, its caller's
+/// continuation and the results gathered for it.
 final class Request {
     /// A message sequence of the extended protocol; each produces one set of results.
     enum Step {
@@ -13,16 +14,20 @@ final class Request {
         case executeUnnamed(statement: RenderedSQL, resultFormat: PostgresFormat)
         /// `DEALLOCATE` of one of our own statement names.
         case deallocate(name: String)
-    }
 
-    /// Whether the request only prepares or describes (or deallocates our own statement): it
-    /// cannot have changed data, whatever became of it.
-    var changesNothing: Bool {
-        guard case .extended(let steps) = kind else { return false }
-        return steps.allSatisfy { step in
-            switch step {
+        /// Whether the step only prepares, describes or deallocates: it cannot change data.
+        var changesNothing: Bool {
+            switch self {
             case .prepare, .describe, .deallocate: true
             case .execute, .executeUnnamed: false
+            }
+        }
+
+        /// The statement an error of this step came from, if it runs one.
+        var statementText: String? {
+            switch self {
+            case .execute(_, let statement, _), .executeUnnamed(let statement, _): statement.text
+            case .prepare, .describe, .deallocate: nil
             }
         }
     }
@@ -37,51 +42,35 @@ final class Request {
         case stream(Step, RowStreamState)
     }
 
-    /// Why a caller stopped waiting.
-    enum Interruption {
-        case cancelled
-        case deadline(Duration)
-    }
-
     let id: UInt64
     let kind: Kind
     /// The SQL, for error messages.
     let text: String
+    /// What the state machine is told about it.
+    var info: ConnectionStateMachine.RequestInfo
     var continuation: CheckedContinuation<[ResultStorage], any Error>?
-
-    // Progress, on the loop thread.
-    var sent = false
-    var stepsDone = 0
-    /// NULL results from libpq since the last real one (two in a row means libpq is idle).
-    var nullsInARow = 0
     var results: [ResultStorage] = []
-    var error: PostgresError?
-    /// The transaction status when it was sent: a connection lost afterwards means "rolled
-    /// back" inside a transaction, "outcome unknown" for COMMIT or outside one.
-    var transactionStatusAtSend: PGTransactionStatusType = PQTRANS_IDLE
-    var isCommit = false
-    var deadlineTimer: TimerHeap.ID?
-    var interruption: Interruption?
-    /// The caller was answered already (cancelled, timed out); results are only drained.
-    var answered = false
-    /// Sending it failed before its last byte (its Sync) could reach the server.
-    var undelivered = false
-    /// The server had already said it was ending the session when this was sent.
-    var sentAfterServerEnded = false
+    /// The caller was answered (once is all).
+    private var answered = false
 
     init(id: UInt64, kind: Kind, text: String) {
         self.id = id
         self.kind = kind
         self.text = text
-        if case .extended(let steps) = kind, steps.count == 1 {
-            switch steps[0] {
-            case .executeUnnamed(let statement, _), .execute(_, let statement, _):
-                isCommit = Self.isCommitText(statement.text)
-            default: break
-            }
-        } else if case .simple(let script) = kind {
-            isCommit = Self.isCommitText(script)
+        var info = ConnectionStateMachine.RequestInfo(id: id, mode: .simple)
+        switch kind {
+        case .extended(let steps):
+            info.mode = .pipelined(steps: steps.count)
+            info.changesNothing = steps.allSatisfy(\.changesNothing)
+            if steps.count == 1, let statement = steps[0].statementText { info.isCommit = Self.isCommitText(statement) }
+        case .simple(let script):
+            info.isCommit = Self.isCommitText(script)
+        case .stream(let step, let state):
+            info.mode = .stream
+            state.requestID = id
+            _ = step
         }
+        self.info = info
     }
 
     static func isCommitText(_ text: String) -> Bool {
@@ -89,10 +78,10 @@ final class Request {
         return word.hasPrefix("COMMIT") || word.hasPrefix("END")
     }
 
-    /// How many result sets (steps) the extended request expects before its sync.
-    var usesPipeline: Bool {
-        if case .extended = kind { return true }
-        return false
+    /// The text of the statement step `index` runs, if it runs one.
+    func statementText(ofStep index: Int) -> String? {
+        guard case .extended(let steps) = kind, steps.indices.contains(index) else { return nil }
+        return steps[index].statementText
     }
 
     /// Answers the caller (once).
@@ -106,6 +95,8 @@ final class Request {
 
 /// Rows of a streamed query waiting for their reader, and the reader waiting for rows.
 final class RowStreamState: @unchecked Sendable {
+    /// The request that carries the stream (set when the request is made).
+    var requestID: UInt64 = 0
     var rows: [ResultStorage] = []
     var index = 0
     var waiting: CheckedContinuation<ResultStorage?, any Error>?
@@ -113,8 +104,6 @@ final class RowStreamState: @unchecked Sendable {
     var failure: (any Error)?
     /// The reader went away (left its loop, dropped the sequence); rows are only drained.
     var abandoned = false
-    /// How many rows may wait before the loop stops reading the socket (the server then waits).
-    static let bufferLimit = 256
 
     var buffered: Int { rows.count - index }
 
@@ -125,6 +114,13 @@ final class RowStreamState: @unchecked Sendable {
         } else if !abandoned {
             rows.append(row)
         }
+    }
+
+    /// The reader is gone: what is buffered is dropped, and nothing more is kept.
+    func drop() {
+        abandoned = true
+        rows = []
+        index = 0
     }
 
     func end(_ failure: (any Error)?) {

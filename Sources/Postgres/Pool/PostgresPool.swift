@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 import Logging
 import Synchronization

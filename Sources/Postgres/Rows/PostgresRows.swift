@@ -1,4 +1,3 @@
-import CLibPQ
 import Foundation
 
 /// A column of a result: its name, type and wire format.
@@ -10,86 +9,6 @@ public struct PostgresColumn: Sendable, Hashable {
     public let name: String
     public let type: PostgresType
     public let format: PostgresFormat
-}
-
-/// Owns one libpq `PGresult`. Immutable after creation, so it is safe to share; freed on deinit.
-@usableFromInline
-final class ResultStorage: @unchecked Sendable {
-    let result: OpaquePointer?
-    let columns: [PostgresColumn]
-    let rowCount: Int
-    let commandTag: String
-    let affectedRows: Int
-
-    init(result: OpaquePointer) {
-        self.result = result
-        let columnCount = Int(PQnfields(result))
-        var columns: [PostgresColumn] = []
-        columns.reserveCapacity(columnCount)
-        for column in 0..<columnCount {
-            let name = PQfname(result, Int32(column)).map { String(cString: $0) } ?? "?column?"
-            let format: PostgresFormat = PQfformat(result, Int32(column)) == 1 ? .binary : .text
-            columns.append(PostgresColumn(name: name, type: PostgresType(PQftype(result, Int32(column))), format: format))
-        }
-        self.columns = columns
-        rowCount = Int(PQntuples(result))
-        commandTag = PQcmdStatus(result).map { String(cString: $0) } ?? ""
-        affectedRows = PQcmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
-    }
-
-    /// An empty result (a statement that returned nothing).
-    init(commandTag: String) {
-        result = nil
-        columns = []
-        rowCount = 0
-        self.commandTag = commandTag
-        affectedRows = 0
-    }
-
-    deinit { if let result { PQclear(result) } }
-
-    private let keyLock = NSLock()
-    private var keyCache: [String: Int] = [:]
-    private var nameIndex: [String: Int]?
-
-    /// The first column named `name`. A short result is scanned; a wide one gets an index,
-    /// built on the first lookup (most results are read by position and never need one).
-    func columnIndex(named name: String) -> Int? {
-        guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
-        return keyLock.withLock { indexLocked(name) }
-    }
-
-    /// `columnIndex(named:)` with `keyLock` held.
-    private func indexLocked(_ name: String) -> Int? {
-        guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
-        if nameIndex == nil {
-            var index: [String: Int] = [:]
-            for (position, column) in columns.enumerated() where index[column.name] == nil { index[column.name] = position }
-            nameIndex = index
-        }
-        return nameIndex?[name]
-    }
-
-    /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
-    /// per result and key rather than once per row; one lock per lookup.
-    func index(forCodingKey key: String) -> Int? {
-        keyLock.withLock {
-            if let cached = keyCache[key] { return cached >= 0 ? cached : nil }
-            let index = indexLocked(key) ?? indexLocked(RowDecoder.snakeCase(key))
-            keyCache[key] = index ?? -1
-            return index
-        }
-    }
-
-    @usableFromInline
-    func cell(row: Int, column: Int) -> PostgresCell {
-        let info = columns[column]
-        var bytes: UnsafeRawBufferPointer?
-        if let result, PQgetisnull(result, Int32(row), Int32(column)) == 0, let value = PQgetvalue(result, Int32(row), Int32(column)) {
-            bytes = UnsafeRawBufferPointer(start: value, count: Int(PQgetlength(result, Int32(row), Int32(column))))
-        }
-        return PostgresCell(bytes: bytes, type: info.type, format: info.format, columnName: info.name, columnIndex: column)
-    }
 }
 
 /// The rows a statement returned, with its columns and command tag.
@@ -165,8 +84,8 @@ public struct PostgresRow: Sendable {
 
     /// Whether the value at `column` is NULL (true for a column or row that does not exist).
     public func isNull(at column: Int) -> Bool {
-        guard column >= 0, column < storage.columns.count, index >= 0, index < storage.rowCount, let result = storage.result else { return true }
-        return PQgetisnull(result, Int32(index), Int32(column)) != 0
+        guard column >= 0, column < storage.columns.count, index >= 0, index < storage.rowCount else { return true }
+        return storage.isNull(row: index, column: column)
     }
 
     /// Throws unless this row and `column` exist.

@@ -1,0 +1,702 @@
+/// Every rule of one connection, as data: which request goes out when, what each result
+/// libpq hands back means and for which caller, when a cancel is safe, what a deadline does,
+/// and what each caller hears when the connection is lost.
+///
+/// The machine is pure: it never calls libpq, never touches a socket, a clock or a
+/// continuation. Events go in (a request submitted, a result read, a timer fired, the cancel
+/// call returned, the socket lost) and actions come out, which `ConnectionDriver` performs.
+/// So every ordering — an error and its Sync's answer in separate reads, a deadline while a
+/// cancel is in flight, a socket lost between two steps — can be driven by a test, with a
+/// manual clock and no server (see ConnectionStateMachineTests).
+///
+/// ```swift
+/// var machine = ConnectionStateMachine()
+/// _ = machine.connected(canCancel: true)
+/// _ = machine.submit(.init(id: 1, mode: .pipelined(steps: 1), deadline: .seconds(5)))
+/// guard case .send(1, enterPipeline: true, exitPipeline: false)? = machine.nextSend(transactionStatus: .idle) else { return }
+/// _ = machine.received(.result)     // .keep(1, replacing: false)
+/// _ = machine.received(.endOfStep)
+/// _ = machine.received(.sync)       // .complete(1, .success), its deadline timer stopped
+/// ```
+struct ConnectionStateMachine {
+    typealias RequestID = UInt64
+
+    /// How a request travels.
+    enum Mode: Equatable {
+        /// Extended-protocol steps in pipeline mode, then the request's own Sync, so a failure
+        /// touches only this request. Several such requests may be in flight at once.
+        case pipelined(steps: Int)
+        /// A script through the simple protocol; nothing else is in flight meanwhile.
+        case simple
+        /// One statement in single-row mode, its rows handed over one by one; alone in flight.
+        case stream
+    }
+
+    /// What the machine needs to know of a request.
+    struct RequestInfo: Equatable {
+        var id: RequestID
+        var mode: Mode
+        /// A COMMIT or END: a connection lost after it leaves its outcome unknown even inside a
+        /// transaction.
+        var isCommit = false
+        /// It only prepares, describes or deallocates: whatever became of it, no data changed.
+        var changesNothing = false
+        /// How long the caller waits before the statement is interrupted.
+        var deadline: Duration?
+    }
+
+    /// Why a caller stopped waiting.
+    enum Interruption: Equatable {
+        case cancelled
+        case deadline(Duration)
+    }
+
+    /// A timer the machine asked for; the driver fires it back with `timerFired`.
+    enum Timer: Hashable {
+        case connect
+        case deadline(RequestID)
+        /// Ask the server to cancel again (a cancel that arrives before the statement is lost).
+        case cancelRetry(RequestID)
+        /// The caller of a cancelled statement stops waiting for the server's confirmation.
+        case cancelAnswer(RequestID)
+        /// The server has not answered a cancelled statement: give the connection up.
+        case cancelGrace(RequestID)
+
+        var request: RequestID? {
+            switch self {
+            case .connect: nil
+            case .deadline(let id), .cancelRetry(let id), .cancelAnswer(let id), .cancelGrace(let id): id
+            }
+        }
+    }
+
+    /// What one `PQgetResult` returned, without its payload (the driver keeps that).
+    enum ResultEvent: Equatable {
+        case endOfStep
+        case sync
+        case aborted
+        case result
+        case row
+        case copyStarted
+        case error(PostgresError)
+    }
+
+    /// How a request ended, for its caller.
+    enum Outcome: Equatable {
+        case success
+        case failure(PostgresError)
+    }
+
+    /// One thing for the driver to do.
+    enum Action: Equatable {
+        // Results
+        /// Keep the result just read for request `id` (`replacing`: a script answers with its
+        /// last result only).
+        case keep(RequestID, replacing: Bool)
+        /// Free the result just read.
+        case discard
+        /// Hand the row just read to the stream of request `id`.
+        case deliverRow(RequestID)
+        /// Drop the rows a stream buffered (its reader is gone).
+        case dropRows(RequestID)
+        /// A query started a COPY: end it (the server rolls it back) and drain its data.
+        case abortCopy
+        // Callers
+        /// Request `id` is done: stop its timers, end its stream, and answer its caller
+        /// unless `answerCaller` is false (it was answered when it was interrupted).
+        case complete(RequestID, Outcome, answerCaller: Bool)
+        /// Answer the caller of request `id` now; the request stays in flight and its results
+        /// are drained when they come.
+        case answer(RequestID, PostgresError)
+        // Cancelling
+        /// Ask the server to cancel what runs (on a helper thread); report `cancelReturned`.
+        case sendCancel(RequestID)
+        // Timers
+        case startTimer(Timer, Duration)
+        case stopTimer(Timer)
+        // The socket
+        /// Read again now: reading was paused and the buffer drained (or the reader left).
+        case resumeReading
+        /// The connection is lost: every request listed failed, every timer is stopped.
+        case lost([(RequestID, PostgresError)])
+        /// Connecting succeeded: the session can be used.
+        case connected
+        /// Connecting failed (or timed out): free the handle and fail the caller.
+        case connectFailed(PostgresError)
+
+        static func == (lhs: Action, rhs: Action) -> Bool {
+            switch (lhs, rhs) {
+            case let (.keep(a, x), .keep(b, y)): a == b && x == y
+            case (.discard, .discard), (.abortCopy, .abortCopy), (.resumeReading, .resumeReading), (.connected, .connected): true
+            case let (.deliverRow(a), .deliverRow(b)), let (.dropRows(a), .dropRows(b)), let (.sendCancel(a), .sendCancel(b)): a == b
+            case let (.complete(a, x, p), .complete(b, y, q)): a == b && x == y && p == q
+            case let (.answer(a, x), .answer(b, y)): a == b && x == y
+            case let (.startTimer(a, x), .startTimer(b, y)): a == b && x == y
+            case let (.stopTimer(a), .stopTimer(b)): a == b
+            case let (.lost(a), .lost(b)): a.map(\.0) == b.map(\.0) && a.map(\.1) == b.map(\.1)
+            case let (.connectFailed(a), .connectFailed(b)): a == b
+            default: false
+            }
+        }
+    }
+
+    /// The next request to put on the wire.
+    enum SendStep: Equatable {
+        /// Send request `id`'s messages, after entering or leaving libpq's pipeline mode.
+        case send(RequestID, enterPipeline: Bool, exitPipeline: Bool)
+    }
+
+    /// Whether to read a result now.
+    enum ReadDecision: Equatable {
+        /// Ask libpq for the next result (if it is not busy).
+        case read
+        /// Nothing in flight, or a stream's buffer is full: leave the socket until told.
+        case wait
+    }
+
+    /// Which readiness the socket is watched for.
+    struct Interest: Equatable {
+        var read: Bool
+        var write: Bool
+        static let none = Interest(read: false, write: false)
+    }
+
+    /// Timings of the cancel protocol.
+    struct CancelTimings: Equatable {
+        /// How long a cancelled statement may take to answer before the connection is given up.
+        var grace: Duration = .seconds(5)
+        /// How long the caller of a cancelled statement waits for the server to confirm.
+        var answerWait: Duration = .seconds(1)
+        /// How often a cancel is sent again while its statement keeps running.
+        var retry: Duration = .milliseconds(500)
+    }
+
+    /// How many rows a stream may buffer before reading pauses (the server then waits).
+    static let streamBufferLimit = 256
+
+    private enum Phase: Equatable {
+        case notConnected
+        case connecting(Interest)
+        case ready
+        /// A blocking COPY owns the connection on a helper thread.
+        case offloaded
+        case broken
+        case closed
+    }
+
+    private struct Entry {
+        let info: RequestInfo
+        var statusAtSend: TransactionStatus = .idle
+        var sentAfterServerEnded = false
+        /// Sending failed before its last byte (its Sync) could reach the server.
+        var undelivered = false
+        var stepsDone = 0
+        /// NULL results since the last real one (two in a row: libpq is idle without a Sync).
+        var nullsInARow = 0
+        var error: PostgresError?
+        var interruption: Interruption?
+        /// The caller was answered already; results are only drained.
+        var answered = false
+        /// The stream's reader is gone: rows are dropped.
+        var abandoned = false
+        var buffered = 0
+
+        init(_ info: RequestInfo) { self.info = info }
+    }
+
+    private struct CancelInFlight: Equatable {
+        let request: RequestID
+        /// The last cancel call returned.
+        var callReturned = false
+        /// The request completed while a cancel call was out.
+        var requestDone = false
+        /// How much of the grace period further retries may still use.
+        var retryBudget: Duration
+    }
+
+    private var phase = Phase.notConnected
+    private var waiting: [Entry] = []
+    private var inflight: [Entry] = []
+    private var pipelineMode = false
+    private var cancel: CancelInFlight?
+    private var canCancel = false
+    private var readingPaused = false
+    private var writePending = false
+    private var connectTarget = ""
+    /// Timers running now (tests check that none is left behind).
+    private(set) var activeTimers: Set<Timer> = []
+    let timings: CancelTimings
+
+    init(timings: CancelTimings = CancelTimings()) {
+        self.timings = timings
+    }
+
+    // MARK: What others may ask
+
+    /// Requests sent or waiting (a blocking COPY counts as one).
+    var pendingCount: Int { waiting.count + inflight.count + (phase == .offloaded ? 1 : 0) }
+    var isBroken: Bool { phase == .broken || phase == .closed }
+    var isClosed: Bool { phase == .closed }
+    /// A blocking COPY has the connection.
+    var isOffloaded: Bool { phase == .offloaded }
+    /// A stream is in flight.
+    var isStreaming: Bool { inflight.contains { $0.info.mode == .stream } }
+    /// The request whose results come next.
+    var head: RequestID? { inflight.first?.info.id }
+    /// The last request sent or queued (waiting for it waits for all before it).
+    var lastPending: RequestID? { (waiting.last ?? inflight.last)?.info.id }
+
+    /// Whether request `id` is sent or queued and not complete.
+    func isPending(_ id: RequestID) -> Bool {
+        inflight.contains { $0.info.id == id } || waiting.contains { $0.info.id == id }
+    }
+
+    /// The readiness to watch the socket for.
+    var interest: Interest {
+        switch phase {
+        case .connecting(let interest): interest
+        case .ready: Interest(read: !readingPaused, write: writePending)
+        case .notConnected, .offloaded, .broken, .closed: .none
+        }
+    }
+
+    // MARK: Connecting
+
+    /// Connecting to `target` (for messages) began; it must succeed within `timeout`.
+    mutating func startConnecting(timeout: Duration, target: String) -> [Action] {
+        guard phase == .notConnected else { return [] }
+        phase = .connecting(Interest(read: false, write: true))
+        connectTarget = target
+        return [start(.connect, timeout)]
+    }
+
+    /// One `PQconnectPoll` step (or `nil`: libpq could not even start).
+    mutating func connectPolled(_ poll: ConnectPoll?, failure: @autoclosure () -> PostgresError) -> [Action] {
+        guard case .connecting = phase else { return [] }
+        switch poll {
+        case .reading?:
+            phase = .connecting(Interest(read: true, write: false))
+            return []
+        case .writing?:
+            phase = .connecting(Interest(read: false, write: true))
+            return []
+        case .ok?:
+            return []
+        case .failed?, nil:
+            phase = .broken
+            return [stop(.connect), .connectFailed(failure())].compactMap { $0 }
+        }
+    }
+
+    /// The session is set up (non-blocking, notice receiver); `canCancel`: libpq gave a
+    /// cancel object.
+    mutating func connected(canCancel: Bool) -> [Action] {
+        if case .connecting = phase {} else if phase != .notConnected { return [] }
+        phase = .ready
+        self.canCancel = canCancel
+        return [stop(.connect), .connected].compactMap { $0 }
+    }
+
+    // MARK: Requests
+
+    /// A caller submitted a request. It is sent by `nextSend` as soon as the mode and any
+    /// cancel in flight allow.
+    mutating func submit(_ info: RequestInfo) -> [Action] {
+        guard phase == .ready || phase == .offloaded else {
+            var error = Self.closedError(closed: phase == .closed)
+            error.lostConnectionOutcome = .safe
+            return [.complete(info.id, .failure(error), answerCaller: true)]
+        }
+        waiting.append(Entry(info))
+        if let deadline = info.deadline { return [start(.deadline(info.id), deadline)] }
+        return []
+    }
+
+    /// The next request to send, marked as sent; nil when none may go now. A pipelined request
+    /// joins others in flight; anything else waits until nothing is. Nothing goes while a
+    /// cancel is out: it could reach the next statement.
+    mutating func nextSend(transactionStatus: TransactionStatus, serverEndedSession: Bool = false) -> SendStep? {
+        guard phase == .ready, cancel == nil, var next = waiting.first else { return nil }
+        var enter = false, exit = false
+        if case .pipelined = next.info.mode {
+            guard pipelineMode || inflight.isEmpty else { return nil }
+            enter = !pipelineMode
+            pipelineMode = true
+        } else {
+            guard inflight.isEmpty else { return nil }
+            exit = pipelineMode
+            pipelineMode = false
+        }
+        waiting.removeFirst()
+        next.statusAtSend = transactionStatus
+        next.sentAfterServerEnded = serverEndedSession
+        inflight.append(next)
+        return .send(next.info.id, enterPipeline: enter, exitPipeline: exit)
+    }
+
+    /// libpq could not queue request `id` (or leave or enter pipeline mode for it): nothing
+    /// of it reached the server, and the connection is given up.
+    mutating func sendFailed(_ id: RequestID, reason: String) -> [Action] {
+        if let index = inflight.firstIndex(where: { $0.info.id == id }) { inflight[index].undelivered = true }
+        return connectionLost(reason: reason)
+    }
+
+    /// A flush ended; `undelivered`: the request whose Sync was last in the buffer, when the
+    /// flush failed right away (the server cannot have committed it).
+    mutating func flushed(_ outcome: FlushOutcome, undelivered: RequestID? = nil, reason: @autoclosure () -> String) -> [Action] {
+        switch outcome {
+        case .done:
+            writePending = false
+            return []
+        case .pending:
+            writePending = true
+            return []
+        case .failed:
+            if let undelivered, let index = inflight.firstIndex(where: { $0.info.id == undelivered }) { inflight[index].undelivered = true }
+            return connectionLost(reason: reason())
+        }
+    }
+
+    /// Whether to read the next result now.
+    mutating func readDecision() -> ReadDecision {
+        guard phase == .ready, let head = inflight.first else { return .wait }
+        if head.info.mode == .stream, head.buffered >= Self.streamBufferLimit, !head.abandoned {
+            readingPaused = true
+            return .wait
+        }
+        return .read
+    }
+
+    /// libpq returned `event` for the request at the head of the line.
+    mutating func received(_ event: ResultEvent) -> [Action] {
+        guard phase == .ready, var head = inflight.first else { return event == .endOfStep || event == .sync ? [] : [.discard] }
+        let id = head.info.id
+        var actions: [Action] = []
+        switch head.info.mode {
+        case .pipelined(let steps):
+            switch event {
+            case .endOfStep:
+                // A request ends at its Sync's result, whatever came before: a NULL only
+                // separates one step's results from the next. Two in a row while libpq is not
+                // busy mean it has nothing left for us, and the Sync will never come.
+                head.stepsDone += 1
+                head.nullsInARow += 1
+                if head.nullsInARow > 1 {
+                    return connectionLost(reason: "libpq lost its place in the pipeline (no Sync result for a request); the connection was closed so no answer can go to the wrong caller")
+                }
+                inflight[0] = head
+                return []
+            case .sync:
+                return complete()
+            case .result, .row:
+                actions.append(.keep(id, replacing: false))
+            case .aborted:
+                actions.append(.discard)
+            case .copyStarted:
+                actions.append(.abortCopy)
+                if head.error == nil { head.error = Self.copyMisuse }
+            case .error(var error):
+                if head.error == nil {
+                    if head.stepsDone < steps { error.stepIndex = head.stepsDone }
+                    head.error = error
+                }
+            }
+        case .simple:
+            switch event {
+            case .endOfStep:
+                return complete()
+            case .result, .row:
+                actions.append(.keep(id, replacing: true))
+            case .sync, .aborted:
+                actions.append(.discard)
+            case .copyStarted:
+                actions.append(.abortCopy)
+                if head.error == nil { head.error = Self.copyMisuse }
+            case .error(let error):
+                if head.error == nil { head.error = error }
+            }
+        case .stream:
+            switch event {
+            case .endOfStep:
+                return complete()
+            case .row:
+                // The driver says how many rows the stream then holds (`streamBuffer`): a row
+                // handed straight to a waiting reader is not buffered.
+                actions.append(head.abandoned ? .discard : .deliverRow(id))
+            case .result, .sync, .aborted:
+                actions.append(.discard)
+            case .copyStarted:
+                actions.append(.abortCopy)
+                if head.error == nil { head.error = Self.copyMisuse }
+            case .error(let error):
+                if head.error == nil { head.error = error }
+            }
+        }
+        head.nullsInARow = 0
+        inflight[0] = head
+        return actions
+    }
+
+    /// The head request is done.
+    private mutating func complete() -> [Action] {
+        let entry = inflight.removeFirst()
+        let id = entry.info.id
+        var actions = stopTimers(of: id)
+        var outcome = Outcome.success
+        if var error = entry.error {
+            if error.kind == .queryCanceled, case .deadline(let limit) = entry.interruption {
+                error.kind = .timeout
+                error.message = "the statement ran longer than its deadline (\(limit)) and was cancelled on the server"
+            }
+            outcome = .failure(error)
+        }
+        actions.append(.complete(id, outcome, answerCaller: !entry.answered))
+        if var cancel, cancel.request == id {
+            if cancel.callReturned {
+                self.cancel = nil
+            } else {
+                cancel.requestDone = true
+                self.cancel = cancel
+            }
+        }
+        if inflight.isEmpty { readingPaused = false }
+        return actions
+    }
+
+    // MARK: Streams
+
+    /// The stream of request `id` now holds `buffered` rows (its reader took one).
+    mutating func streamBuffer(_ id: RequestID, holds buffered: Int) -> [Action] {
+        guard let index = inflight.firstIndex(where: { $0.info.id == id }) else { return [] }
+        inflight[index].buffered = buffered
+        guard readingPaused, buffered < Self.streamBufferLimit / 2 else { return [] }
+        readingPaused = false
+        return [.resumeReading]
+    }
+
+    /// The reader of stream `id` is gone: its rows are dropped, the query cancelled, and its
+    /// results drained.
+    mutating func abandonStream(_ id: RequestID) -> [Action] {
+        guard let index = inflight.firstIndex(where: { $0.info.id == id }), !inflight[index].abandoned else { return [] }
+        inflight[index].abandoned = true
+        inflight[index].buffered = 0
+        var actions: [Action] = [.dropRows(id)]
+        if readingPaused {
+            readingPaused = false
+            actions.append(.resumeReading)
+        }
+        return actions + interrupt(id, .cancelled)
+    }
+
+    // MARK: Interrupting
+
+    /// The caller of request `id` stopped waiting (its task was cancelled, or its deadline
+    /// passed).
+    ///
+    /// Not yet sent: it never will be. Sent, and nothing else in flight: the server is asked
+    /// to cancel it, nothing more is sent until that is settled, and the caller hears the
+    /// server's answer (or, after `answerWait`, that it is unconfirmed). Other callers'
+    /// statements in flight too: a cancel could hit one of them, so none is sent; the caller
+    /// is answered now and the statement's results are drained when they come. Either way, if
+    /// the server does not answer within `grace`, the connection is given up.
+    mutating func interrupt(_ id: RequestID, _ reason: Interruption) -> [Action] {
+        if let index = waiting.firstIndex(where: { $0.info.id == id }) {
+            waiting.remove(at: index)
+            var actions = stopTimers(of: id)
+            actions.append(.complete(id, .failure(Self.interruptionError(reason, sent: false)), answerCaller: true))
+            return actions
+        }
+        guard let index = inflight.firstIndex(where: { $0.info.id == id }),
+              inflight[index].interruption == nil, !inflight[index].answered else { return [] }
+        inflight[index].interruption = reason
+        var actions: [Action] = []
+        if let stopped = stop(.deadline(id)) { actions.append(stopped) }
+        if inflight[index].info.mode == .stream, !inflight[index].abandoned {
+            // The reader gets an error and reads no further; the socket is read again even if
+            // the buffer had paused it: the server can only answer the cancel once the rows it
+            // is blocked sending have been taken off the wire.
+            inflight[index].abandoned = true
+            inflight[index].buffered = 0
+            actions.append(.dropRows(id))
+            if readingPaused {
+                readingPaused = false
+                actions.append(.resumeReading)
+            }
+        }
+        if inflight.count == 1, cancel == nil, canCancel, phase == .ready {
+            cancel = CancelInFlight(request: id, retryBudget: timings.grace - timings.retry)
+            actions.append(.sendCancel(id))
+            if timings.grace > timings.retry { actions.append(start(.cancelRetry(id), timings.retry)) }
+            actions.append(start(.cancelAnswer(id), timings.answerWait))
+        } else {
+            inflight[index].answered = true
+            actions.append(.answer(id, Self.interruptionError(reason, sent: true)))
+        }
+        actions.append(start(.cancelGrace(id), timings.grace))
+        return actions
+    }
+
+    /// A cancel call for request `id` returned.
+    mutating func cancelReturned(_ id: RequestID) -> [Action] {
+        guard var cancel, cancel.request == id else { return [] }
+        if cancel.requestDone || !inflight.contains(where: { $0.info.id == id }) {
+            self.cancel = nil
+        } else {
+            cancel.callReturned = true
+            self.cancel = cancel
+        }
+        return []
+    }
+
+    /// A timer the machine started has fired.
+    mutating func timerFired(_ timer: Timer) -> [Action] {
+        guard activeTimers.remove(timer) != nil else { return [] }
+        switch timer {
+        case .connect:
+            guard case .connecting = phase else { return [] }
+            phase = .broken
+            return [.connectFailed(PostgresError(kind: .connectionFailure, message: "could not connect to PostgreSQL (\(connectTarget)): no answer within the connect timeout"))]
+        case .deadline(let id):
+            guard let deadline = (waiting.first { $0.info.id == id } ?? inflight.first { $0.info.id == id })?.info.deadline else { return [] }
+            return interrupt(id, .deadline(deadline))
+        case .cancelAnswer(let id):
+            guard let index = inflight.firstIndex(where: { $0.info.id == id }), !inflight[index].answered,
+                  let reason = inflight[index].interruption else { return [] }
+            inflight[index].answered = true
+            return [.answer(id, Self.interruptionError(reason, sent: true, unconfirmed: true, timings: timings))]
+        case .cancelGrace(let id):
+            guard inflight.contains(where: { $0.info.id == id }) else { return [] }
+            return connectionLost(reason: "the server did not answer within \(timings.grace) of a cancelled statement (a frozen server or a silent network)")
+        case .cancelRetry(let id):
+            // A cancel that reaches the server before the statement does (a loaded server that
+            // has not read it yet) finds nothing running and is dropped, and the statement then
+            // runs to its end. So while it is still the only one on the wire and the last cancel
+            // call has returned, ask again.
+            guard inflight.count == 1, inflight[0].info.id == id, var cancel, cancel.request == id else { return [] }
+            guard cancel.callReturned, !cancel.requestDone else {
+                // The last call has not returned yet: look again later.
+                return cancel.retryBudget > .zero ? [start(.cancelRetry(id), timings.retry)] : []
+            }
+            cancel.callReturned = false
+            cancel.retryBudget -= timings.retry
+            self.cancel = cancel
+            var actions: [Action] = [.sendCancel(id)]
+            if cancel.retryBudget > .zero { actions.append(start(.cancelRetry(id), timings.retry)) }
+            return actions
+        }
+    }
+
+    // MARK: A blocking COPY
+
+    /// A COPY takes the connection to a helper thread, which needs nothing in flight.
+    /// Returns whether libpq must leave pipeline mode first; nil when it cannot begin now.
+    mutating func beginOffload() -> Bool? {
+        guard phase == .ready, waiting.isEmpty, inflight.isEmpty else { return nil }
+        let exit = pipelineMode
+        pipelineMode = false
+        phase = .offloaded
+        return exit
+    }
+
+    /// The helper thread gave the connection back; `bad`: libpq says it is lost.
+    mutating func endOffload(bad: Bool, reason: @autoclosure () -> String) -> [Action] {
+        guard phase == .offloaded else { return [] }
+        phase = .ready
+        return bad ? connectionLost(reason: reason()) : []
+    }
+
+    // MARK: Losing and closing
+
+    /// The connection is gone: every request fails, each told whether it may have been applied.
+    mutating func connectionLost(reason: String) -> [Action] {
+        guard phase != .broken, phase != .closed else { return [] }
+        if case .connecting = phase {
+            phase = .broken
+            return [stop(.connect), .connectFailed(PostgresError(kind: .connectionFailure, message: reason))].compactMap { $0 }
+        }
+        phase = .broken
+        var failures: [(RequestID, PostgresError)] = []
+        for entry in inflight {
+            var error = PostgresError(kind: .connectionFailure, message: reason)
+            let insideTransaction = entry.statusAtSend.isInTransaction
+            error.lostConnectionOutcome = (insideTransaction && !entry.info.isCommit) || entry.undelivered || entry.info.changesNothing
+                ? .safe : .outcomeUnknown
+            // The server said why it ended the session before answering: an administrator's
+            // termination or a shutdown aborts the transaction, so nothing of it was applied.
+            if let said = entry.error, let state = said.sqlState, ["57P01", "57P02", "57P03"].contains(state) {
+                error = said
+                error.lostConnectionOutcome = .safe
+            } else if entry.error == nil, entry.sentAfterServerEnded {
+                // The FATAL came before this statement was sent: the backend was already gone.
+                error.lostConnectionOutcome = .safe
+            }
+            error.hint = error.lostConnectionOutcome == .safe
+                ? "the server rolled the transaction back; run it again on a new connection (a pool does this for you)"
+                : "the statement was sent and may or may not have been applied; check before running it again"
+            failures.append((entry.info.id, error))
+        }
+        for entry in waiting {
+            var error = PostgresError(kind: .connectionFailure, message: reason + " (the statement was never sent)")
+            error.lostConnectionOutcome = .safe
+            failures.append((entry.info.id, error))
+        }
+        inflight.removeAll()
+        waiting.removeAll()
+        cancel = nil
+        readingPaused = false
+        writePending = false
+        activeTimers.removeAll()
+        return [.lost(failures)]
+    }
+
+    /// Closes the connection for good; what is pending fails.
+    mutating func close() -> [Action] {
+        let actions = connectionLost(reason: "the connection was closed")
+        phase = .closed
+        return actions
+    }
+
+    // MARK: Helpers
+
+    private mutating func start(_ timer: Timer, _ after: Duration) -> Action {
+        activeTimers.insert(timer)
+        return .startTimer(timer, after)
+    }
+
+    private mutating func stop(_ timer: Timer) -> Action? {
+        activeTimers.remove(timer) == nil ? nil : .stopTimer(timer)
+    }
+
+    private mutating func stopTimers(of id: RequestID) -> [Action] {
+        [Timer.deadline(id), .cancelRetry(id), .cancelAnswer(id), .cancelGrace(id)].compactMap { stop($0) }
+    }
+
+    static let copyMisuse = PostgresError(kind: .misuse, message: "COPY cannot run through query() or stream(); use copyIn or copyOut. The COPY was aborted")
+
+    static func closedError(closed: Bool) -> PostgresError {
+        var error = PostgresError(kind: .connectionFailure, message: closed
+            ? "the connection is closed; open a new one (a pool does this for you)"
+            : "the connection is broken; open a new one (a pool does this for you)")
+        error.lostConnectionOutcome = .safe
+        return error
+    }
+
+    static func interruptionError(_ reason: Interruption, sent: Bool, unconfirmed: Bool = false, timings: CancelTimings = CancelTimings()) -> PostgresError {
+        var error: PostgresError
+        let fate = unconfirmed
+            ? "a cancel was sent but the server has not answered within \(timings.answerWait) (a busy server or a silent network); the connection is closed if it stays silent"
+            : "it was left to finish on a connection shared with other callers, and its result is discarded"
+        switch reason {
+        case .cancelled:
+            error = PostgresError(kind: .queryCanceled, message: sent
+                ? "the task was cancelled while the statement ran; " + fate
+                : "the task was cancelled before the statement was sent", sqlState: "57014")
+        case .deadline(let limit):
+            error = PostgresError(kind: .timeout, message: sent
+                ? "the statement ran longer than its deadline (\(limit)); " + fate
+                : "the statement waited longer than its deadline (\(limit)) and was never sent")
+        }
+        error.lostConnectionOutcome = sent ? .outcomeUnknown : .safe
+        return error
+    }
+}
