@@ -117,7 +117,8 @@ struct ConnectionStateMachine {
         // The socket
         /// Read again now: reading was paused and the buffer drained (or the reader left).
         case resumeReading
-        /// The connection is lost: every request listed failed, every timer is stopped.
+        /// The connection is lost: every timer is stopped, every request is gone, and the
+        /// callers listed (all but those answered already) fail with their error.
         case lost([(RequestID, PostgresError)])
         /// Connecting succeeded: the session can be used.
         case connected
@@ -616,7 +617,8 @@ struct ConnectionStateMachine {
         }
         phase = .broken
         var failures: [(RequestID, PostgresError)] = []
-        for entry in inflight {
+        // A caller answered already (interrupted, its statement left to drain) hears nothing more.
+        for entry in inflight where !entry.answered {
             var error = PostgresError(kind: .connectionFailure, message: reason)
             let insideTransaction = entry.statusAtSend.isInTransaction
             error.lostConnectionOutcome = (insideTransaction && !entry.info.isCommit) || entry.undelivered || entry.info.changesNothing
