@@ -112,10 +112,11 @@ public actor PostgresConnection {
         return try await connect(configuration)
     }
 
-    /// Opens with a deadline of its own (a pool's acquire deadline may be shorter).
-    static func connect(_ configuration: PostgresConfiguration, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
+    /// Opens with a deadline of its own (a pool's acquire deadline may be shorter), on `loop`
+    /// (by default the caller's own I/O thread, if it runs on one).
+    static func connect(_ configuration: PostgresConfiguration, deadline: ContinuousClock.Instant, on loop: EventLoop? = nil) async throws -> PostgresConnection {
         try configuration.validate()
-        let connection = PostgresConnection(configuration: configuration, loop: EventLoopGroup.shared.currentOrNext())
+        let connection = PostgresConnection(configuration: configuration, loop: loop ?? EventLoopGroup.shared.currentOrNext())
         let own = ContinuousClock.now + .seconds(configuration.effectiveConnectTimeout)
         try await connection.open(deadline: min(deadline, own))
         return connection

@@ -250,6 +250,9 @@ final class EventLoopGroup: Sendable {
     func currentOrNext() -> EventLoop {
         loops.first { $0.inLoop } ?? next()
     }
+
+    /// The index of the loop whose thread the caller runs on, if any.
+    var currentIndex: Int? { loops.firstIndex { $0.inLoop } }
 }
 
 /// Deadlines of one loop: a binary heap, with cancelled entries dropped when they surface.

@@ -83,12 +83,13 @@ public struct PoolOptions: Sendable {
 /// - `query`, `execute` and the `fetch` calls run one autocommit statement, and may share a
 ///   connection with other such statements, pipelined (see `PoolOptions.maximumPipelineDepth`).
 ///
-/// A connection that comes back idle and clean is ready again at once, with no round trip and
-/// no hop to another thread; one that comes back in a transaction is rolled back, and one whose
-/// session state may have changed is reset (see `SessionReset`). Waiting tasks are served in
-/// order, and one timer per pool (on an I/O thread) enforces their deadlines. Broken connections
-/// (killed backends, restarts) are discarded and replaced; idle ones are health-checked before
-/// reuse; `close()` waits for borrowed connections to come back.
+/// Every decision — who gets which connection in what order, when one is opened, checked,
+/// reset or replaced — is made by `PoolStateMachine`, whose rules are documented there (first
+/// come, first served: no waiter starves). The pool performs them: it opens and closes
+/// connections, runs health checks and resets, arms one timer for the waiters' deadlines, and
+/// resumes the waiting tasks. A connection that comes back idle and clean is ready again at
+/// once, with no round trip and no hop to another thread; `close()` waits for borrowed
+/// connections to come back.
 ///
 /// ```swift
 /// let pool = PostgresPool(configuration: PostgresConfiguration(url), options: PoolOptions(maximumConnections: 4))
@@ -105,76 +106,37 @@ public final class PostgresPool: Sendable {
     public let configuration: PostgresConfiguration
     /// The pool's limits.
     public let options: PoolOptions
-    private let state = Mutex(State())
+    private typealias Machine = PoolStateMachine<PostgresConnection, ContinuousClock.Instant>
+    private let state: Mutex<State>
     private let timerLoop = EventLoopGroup.shared.next()
     /// Gauges, the acquire timer and the pool's own log records.
     private let observer: PoolObserver
 
-    private struct Idle {
-        let connection: PostgresConnection
-        let since: ContinuousClock.Instant
+    /// A waiting caller: its continuation once it is suspended, or its answer if that came
+    /// before it could suspend.
+    private enum Slot: Sendable {
+        case pending
+        case waiting(CheckedContinuation<PostgresConnection, any Error>)
+        case answered(Result<PostgresConnection, any Error>)
     }
 
-    private struct Waiter {
-        let deadline: ContinuousClock.Instant
-        let shared: Bool
-        let continuation: CheckedContinuation<PostgresConnection, any Error>
-    }
-
-    private struct State {
-        var idle: [Idle] = []
-        /// Connections lent to single statements, with how many use each now.
-        var shared: [ObjectIdentifier: (connection: PostgresConnection, users: Int)] = [:]
-        /// Open or opening.
-        var total = 0
-        /// Lent to one caller (a lease, or a connection being reset before it is idle again).
-        var lent: [ObjectIdentifier: PostgresConnection] = [:]
-        var exclusive: Int { lent.count }
-        /// Being opened by `replenish()` (counted in `total`, not yet lent or idle).
-        var opening = 0
-        var waiters: [UInt64: Waiter] = [:]
-        var order: [UInt64] = []
-        var orderHead = 0
-        var nextWaiterID: UInt64 = 0
-        var timerArmed: ContinuousClock.Instant?
-        var closed = false
-        var drainWaiters: [UInt64: CheckedContinuation<Bool, Never>] = [:]
-        /// An exhausted pool was reported and no connection has been idle since.
-        var exhaustionReported = false
-        /// Broken idle connections dropped while planning (reported after the lock).
-        var brokenDropped = 0
-
-        var inUse: Int { exclusive + shared.count }
-
-        var counts: PoolObserver.Counts {
-            .init(open: total, idle: idle.count, leased: inUse, waiting: waiters.count)
-        }
-
-        mutating func lend(_ connection: PostgresConnection) { lent[ObjectIdentifier(connection)] = connection }
-        mutating func unlend(_ connection: PostgresConnection) { lent[ObjectIdentifier(connection)] = nil }
-
-        /// The first waiter still waiting, in arrival order.
-        mutating func firstWaiter(where accept: (Waiter) -> Bool = { _ in true }) -> (UInt64, Waiter)? {
-            while orderHead < order.count, waiters[order[orderHead]] == nil { orderHead += 1 }
-            if orderHead > 1024, orderHead * 2 > order.count {
-                order.removeFirst(orderHead)
-                orderHead = 0
-            }
-            var index = orderHead
-            while index < order.count {
-                if let waiter = waiters[order[index]], accept(waiter) { return (order[index], waiter) }
-                index += 1
-            }
-            return nil
-        }
+    private struct State: ~Copyable, Sendable {
+        var machine: Machine
+        var slots: [UInt64: Slot] = [:]
+        var nextID: UInt64 = 0
+        var drained = false
+        var drainWaiters: [CheckedContinuation<Bool, Never>] = []
     }
 
     public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
         self.configuration = configuration
         self.options = options
         observer = PoolObserver(configuration: configuration, options: options)
+        state = Mutex(State(machine: Machine(limits: .init(
+            minimumConnections: options.minimumConnections, maximumConnections: options.maximumConnections,
+            maximumPipelineDepth: options.maximumPipelineDepth, healthCheckAfterIdle: options.healthCheckAfterIdle))))
         if options.minimumConnections > 0 {
-            Task { await self.replenish() }
+            perform(withMachine { $0.replenish() })
         }
     }
 
@@ -193,7 +155,8 @@ public final class PostgresPool: Sendable {
 
     /// Counts for monitoring (also published as metrics, see `PostgresMetricName`).
     public var statistics: (idle: Int, inUse: Int, open: Int, waiting: Int) {
-        state.withLock { ($0.idle.count, $0.inUse, $0.total, $0.waiters.count) }
+        let counts = state.withLock { $0.machine.counts }
+        return (counts.idle, counts.leased, counts.open, counts.waiting)
     }
 
     /// The logger of the pool's configuration, for code built on the pool (the store logs
@@ -206,11 +169,16 @@ public final class PostgresPool: Sendable {
 
     /// Runs `body` under the lock, then publishes the pool's gauges when a metrics backend
     /// listens.
-    private func withState<R: Sendable>(_ body: (inout State) -> R) -> R {
+    private func withState<R>(_ body: (inout State) -> R) -> R {
         guard observer.publishesGauges else { return state.withLock { body(&$0) } }
-        let (result, counts) = state.withLock { state in (body(&state), state.counts) }
-        observer.publish(counts)
+        let (result, counts) = state.withLock { state in (body(&state), state.machine.counts) }
+        observer.publish(.init(open: counts.open, idle: counts.idle, leased: counts.leased, waiting: counts.waiting))
         return result
+    }
+
+    /// Runs one event against the machine (see `withState`).
+    private func withMachine<R>(_ event: (inout Machine) -> R) -> R {
+        withState { event(&$0.machine) }
     }
 
     // MARK: Borrowing
@@ -247,7 +215,7 @@ public final class PostgresPool: Sendable {
     ///
     /// A statement that failed only because its connection had died (the server ended the
     /// session before it ran, or it was never sent) runs again on another connection: nothing
-    /// of it was applied. Any other error comes back as it is.
+    /// of it was applied (see ``RetryPolicy``, layer 1). Any other error comes back as it is.
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
         let shared = !SessionSettings.needsOwnSession(sql)
         var attempt = 1
@@ -257,7 +225,8 @@ public final class PostgresPool: Sendable {
                 let rows = try await connection.query(sql, timeout: timeout)
                 await release(connection, shared: shared)
                 return rows
-            } catch let error as PostgresError where attempt <= options.maximumConnections && Self.diedBeforeRunning(error, on: connection) {
+            } catch let error as PostgresError where attempt <= options.maximumConnections
+                && RetryPolicy.isStaleConnection(error, connectionBroken: connection.isBroken) {
                 // Each dead connection found this way is dropped: at worst every one was dead.
                 await release(connection, shared: shared)
                 attempt += 1
@@ -266,12 +235,6 @@ public final class PostgresPool: Sendable {
                 throw error
             }
         }
-    }
-
-    /// A connection that was already gone when the statement went out (a backend terminated
-    /// while idle in the pool, a server restart): safe to run the statement elsewhere.
-    static func diedBeforeRunning(_ error: PostgresError, on connection: PostgresConnection) -> Bool {
-        [.connectionFailure, .adminShutdown].contains(error.kind) && error.retry == .safe && connection.isBroken && !Task.isCancelled
     }
 
     /// One autocommit statement; returns the affected row count.
@@ -296,373 +259,158 @@ public final class PostgresPool: Sendable {
         return try row.decode(T?.self, at: 0)
     }
 
-    // MARK: Acquire
-
-    private enum Plan {
-        case use(PostgresConnection, since: ContinuousClock.Instant?)
-        case open
-        case wait
-        case closed
-    }
+    // MARK: Acquiring and releasing
 
     private func acquire(shared: Bool) async throws -> PostgresConnection {
         if Task.isCancelled {
-            throw PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection", sqlState: "57014")
+            var error = PostgresError(kind: .queryCanceled, message: "the task was cancelled before it got a connection", sqlState: "57014")
+            error.lostConnectionOutcome = .safe
+            throw error
         }
         let start = ContinuousClock.now
         let deadline = start + options.acquireTimeout
-        while true {
-            let (next, dropped) = withState { state -> (Plan, Int) in
-                let plan = self.plan(&state, shared: shared)
-                defer { state.brokenDropped = 0 }
-                return (plan, state.brokenDropped)
-            }
-            if dropped > 0 { observer.droppedBroken(dropped) }
-            switch next {
-            case .closed:
-                throw Self.closedError
-            case .use(let connection, let since):
-                if let since, since.duration(to: ContinuousClock.now) > options.healthCheckAfterIdle, await !connection.ping(deadline: deadline) {
-                    observer.failedHealthCheck(connection)
-                    await discard(connection, shared: shared)
-                    continue
-                }
-                observer.acquired(after: start)
-                return connection
-            case .open:
-                let connection = try await open(shared: shared, deadline: deadline)
-                observer.acquired(after: start)
-                return connection
-            case .wait:
-                let connection = try await wait(shared: shared, deadline: deadline)
-                observer.acquired(after: start)
-                return connection
-            }
+        let affinity = EventLoopGroup.shared.currentIndex
+        let (id, acquisition) = withState { state -> (UInt64, Machine.Acquisition) in
+            state.nextID += 1
+            let id = state.nextID
+            let acquisition = state.machine.acquire(id, shared: shared, deadline: deadline, affinity: affinity, now: start)
+            if case .wait = acquisition { state.slots[id] = .pending }
+            return (id, acquisition)
         }
-    }
-
-    /// Decides, under the lock, where a connection comes from.
-    private func plan(_ state: inout State, shared: Bool) -> Plan {
-        guard !state.closed else { return .closed }
-        // Idle connections first (most recently used: warm caches), then a new one, then (for a
-        // single statement) a place in a shared connection's pipeline.
-        // A caller running on an I/O thread gets a connection of that thread when there is one.
-        if let local = state.idle.lastIndex(where: { $0.connection.loop.inLoop && !$0.connection.isBroken }) {
-            let entry = state.idle.remove(at: local)
-            take(entry.connection, into: &state, shared: shared)
-            return .use(entry.connection, since: entry.since)
-        }
-        while let entry = state.idle.popLast() {
-            if entry.connection.isBroken {
-                state.total -= 1
-                state.brokenDropped += 1
-                continue
-            }
-            take(entry.connection, into: &state, shared: shared)
-            return .use(entry.connection, since: entry.since)
-        }
-        if state.total < options.maximumConnections {
-            state.total += 1
-            return .open
-        }
-        // Joining a shared connection never jumps the queue: a caller waiting for a connection
-        // of its own would otherwise wait while the shared ones never drain.
-        if shared, state.waiters.isEmpty, let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken })
-            .min(by: { ($0.connection.loop.inLoop ? 0 : 1, $0.users) < ($1.connection.loop.inLoop ? 0 : 1, $1.users) }) {
-            state.shared[ObjectIdentifier(least.connection)]?.users += 1
-            return .use(least.connection, since: nil)
-        }
-        return .wait
-    }
-
-    private func take(_ connection: PostgresConnection, into state: inout State, shared: Bool) {
-        if shared {
-            state.shared[ObjectIdentifier(connection), default: (connection, 0)].users += 1
-        } else {
-            state.lend(connection)
-        }
-    }
-
-    private func open(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
-        let connection: PostgresConnection
-        do {
-            connection = try await PostgresConnection.connect(configuration, deadline: deadline)
-        } catch {
-            withState { $0.total -= 1 }
-            serveWaiters()
-            if var error = error as? PostgresError, error.message.contains("connect timeout"), ContinuousClock.now >= deadline {
-                error.kind = .poolTimeout
-                error.message = "no database connection within \(options.acquireTimeout): connecting took too long. " + error.message
-                throw error
-            }
+        switch acquisition {
+        case .lend(let connection, let actions):
+            perform(actions)
+            observer.acquired(after: start)
+            return connection
+        case .fail(let error):
             throw error
-        }
-        let accepted = withState { state -> Bool in
-            guard !state.closed else { return false }
-            take(connection, into: &state, shared: shared)
-            return true
-        }
-        guard accepted else {
-            await connection.close()
-            withState { state in
-                state.total -= 1
-                signalDrain(&state)
-            }
-            throw Self.closedError
-        }
-        return connection
-    }
-
-    private func wait(shared: Bool, deadline: ContinuousClock.Instant) async throws -> PostgresConnection {
-        let id = state.withLock { state -> UInt64 in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                let (outcome, exhausted) = withState { state -> (Plan?, PoolObserver.Counts?) in
-                    // Something may have come back since the plan was made.
-                    let plan = self.plan(&state, shared: shared)
-                    if case .wait = plan {
-                        state.waiters[id] = Waiter(deadline: deadline, shared: shared, continuation: continuation)
-                        state.order.append(id)
-                        armTimer(&state, for: deadline)
-                        guard !state.exhaustionReported else { return (nil, nil) }
-                        state.exhaustionReported = true
-                        return (nil, state.counts)
+        case .wait(let actions):
+            perform(actions)
+            let connection = try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { continuation in
+                    let early = state.withLock { state -> Result<PostgresConnection, any Error>? in
+                        if case .answered(let result)? = state.slots[id] {
+                            state.slots[id] = nil
+                            return result
+                        }
+                        state.slots[id] = .waiting(continuation)
+                        return nil
                     }
-                    return (plan, nil)
+                    if let early { continuation.resume(with: early) }
                 }
-                if let exhausted { observer.exhausted(exhausted) }
-                switch outcome {
-                case nil: break
-                case .use(let connection, _)?: continuation.resume(returning: connection)
-                case .closed?: continuation.resume(throwing: Self.closedError)
-                case .open?:
-                    Task {
-                        do { continuation.resume(returning: try await self.open(shared: shared, deadline: deadline)) } catch { continuation.resume(throwing: error) }
-                    }
-                case .wait?: break
-                }
+            } onCancel: {
+                perform(withMachine { $0.cancelWaiter(id) })
             }
-        } onCancel: {
-            let waiter = withState { $0.waiters.removeValue(forKey: id) }
-            waiter?.continuation.resume(throwing: PostgresError(kind: .queryCanceled, message: "the task was cancelled while waiting for a connection", sqlState: "57014"))
+            observer.acquired(after: start)
+            return connection
         }
     }
-
-    /// One timer per pool, at the earliest waiter's deadline (waiters arrive in deadline order).
-    private func armTimer(_ state: inout State, for deadline: ContinuousClock.Instant) {
-        guard state.timerArmed == nil || deadline < state.timerArmed! else { return }
-        state.timerArmed = deadline
-        let loop = timerLoop
-        loop.execute { [self] in
-            loop.schedule(at: deadline) { [self] in expireWaiters() }
-        }
-    }
-
-    private func expireWaiters() {
-        let now = ContinuousClock.now
-        let expired = withState { state -> [Waiter] in
-            state.timerArmed = nil
-            var expired: [Waiter] = []
-            while let (id, waiter) = state.firstWaiter(), waiter.deadline <= now {
-                state.waiters[id] = nil
-                expired.append(waiter)
-            }
-            if let (_, next) = state.firstWaiter() { armTimer(&state, for: next.deadline) }
-            return expired
-        }
-        if !expired.isEmpty { observer.timedOut(expired.count) }
-        for waiter in expired {
-            waiter.continuation.resume(throwing: PostgresError(
-                kind: .poolTimeout,
-                message: "no database connection became free within \(options.acquireTimeout); all \(options.maximumConnections) are in use. Raise maximumConnections or find the slow queries"))
-        }
-    }
-
-    // MARK: Release
 
     private func release(_ connection: PostgresConnection, shared: Bool) async {
-        if shared {
-            let last = withState { state -> Bool in
-                let key = ObjectIdentifier(connection)
-                guard var entry = state.shared[key] else { return false }
-                entry.users -= 1
-                if entry.users > 0 {
-                    state.shared[key] = entry
-                    return false
-                }
-                state.shared[key] = nil
-                state.lend(connection) // until it is handed back below
-                return true
-            }
-            if !last {
-                serveWaiters()
-                return
-            }
-        }
-        // Idle and clean: no round trip, no hop (the mirror is read without the actor).
-        let usable = !connection.isBroken
-        let mirror = connection.core.mirror
-        let clean = mirror.isIdle && !mirror.streaming.load(ordering: .acquiring)
-            && (options.reset == .never || !mirror.sessionDirty.load(ordering: .acquiring))
-            && options.reset != .always && options.resetHook == nil
-        guard usable else { return await discard(connection, shared: false) }
-        if mirror.streaming.load(ordering: .acquiring) {
+        var pooled = connection.pooledState
+        if pooled.isStreaming && !pooled.isBroken {
             // A stream carried out of its lease: cut off now, so that a later read throws
-            // rather than racing the reset below (and maybe ending as if it were complete).
+            // rather than racing the reset (and maybe ending as if it were complete).
             await connection.closeStream(reason: "its connection went back to the pool")
+            pooled = connection.pooledState
         }
-        guard clean else {
-            // The caller goes on at once; the connection stays counted as lent until its
-            // reset is done (a statement still draining after a deadline may take a while).
-            Task { [self] in
-                if await connection.prepareForReuse(options.reset, hook: options.resetHook) {
-                    handBack(connection)
-                } else {
-                    await discard(connection, shared: false)
-                }
-            }
-            return
+        let condition: Machine.ReturnCondition
+        if pooled.isBroken {
+            condition = .broken
+        } else if pooled.isIdle && !pooled.isStreaming && options.reset != .always && options.resetHook == nil
+                    && (options.reset == .never || !pooled.sessionDirty) {
+            condition = .clean
+        } else {
+            condition = .needsReset
         }
-        handBack(connection)
+        perform(withMachine { $0.release(connection, shared: shared, condition: condition, now: .now) })
     }
 
-    /// An exclusively held connection goes to the first waiter, or back to the idle list.
-    private func handBack(_ connection: PostgresConnection) {
-        enum Next { case waiter(CheckedContinuation<PostgresConnection, any Error>, shared: Bool), close, done }
-        let next = withState { state -> Next in
-            state.unlend(connection)
-            if state.closed {
-                state.total -= 1
-                signalDrain(&state)
-                return .close
-            }
-            if let (id, waiter) = state.firstWaiter() {
-                state.waiters[id] = nil
-                take(connection, into: &state, shared: waiter.shared)
-                return .waiter(waiter.continuation, shared: waiter.shared)
-            }
-            state.idle.append(Idle(connection: connection, since: .now))
-            state.exhaustionReported = false
-            return .done
-        }
-        switch next {
-        case .waiter(let continuation, let shared):
-            continuation.resume(returning: connection)
-            // The single statements queued behind it may share the connection it now has.
-            if shared { serveWaiters() }
-        case .close: Task { await connection.close() }
-        case .done: break
-        }
-    }
+    // MARK: Performing the machine's actions
 
-    private func discard(_ connection: PostgresConnection, shared: Bool) async {
-        if connection.isBroken { observer.replacingBroken(connection) } else { observer.closingUnusable(connection) }
-        withState { state in
-            if shared {
-                state.shared[ObjectIdentifier(connection)] = nil
-            } else {
-                state.unlend(connection)
-            }
-            state.total -= 1
-            signalDrain(&state)
-        }
-        await connection.close()
-        serveWaiters()
-        if !state.withLock({ $0.closed }) { Task { await replenish() } }
-    }
-
-    /// Opens connections for waiting tasks while there is room, and gives waiting single
-    /// statements room in shared connections.
-    private func serveWaiters() {
-        enum Action {
-            case open(UInt64, Waiter)
-            case share(Waiter, PostgresConnection)
-        }
-        let actions = withState { state -> [Action] in
-            var actions: [Action] = []
-            while !state.closed, state.total < options.maximumConnections, let (id, waiter) = state.firstWaiter() {
-                state.waiters[id] = nil
-                state.total += 1
-                actions.append(.open(id, waiter))
-            }
-            // In order: shared waiters join shared connections only while they are at the head
-            // of the queue (FIFO; a waiter for an exclusive lease is not overtaken).
-            while let (id, waiter) = state.firstWaiter(), waiter.shared,
-                  let least = state.shared.values.filter({ $0.users < options.maximumPipelineDepth && !$0.connection.isBroken }).min(by: { $0.users < $1.users }) {
-                state.waiters[id] = nil
-                state.shared[ObjectIdentifier(least.connection)]?.users += 1
-                actions.append(.share(waiter, least.connection))
-            }
-            return actions
-        }
+    private func perform(_ actions: [Machine.Action]) {
         for action in actions {
             switch action {
-            case .share(let waiter, let connection):
-                waiter.continuation.resume(returning: connection)
-            case .open(_, let waiter):
+            case .lend(let id, let connection):
+                answer(id, .success(connection))
+            case .fail(let id, let error):
+                answer(id, .failure(error))
+            case .open(let waiter, let deadline, let affinity):
+                open(forWaiter: waiter, deadline: deadline, affinity: affinity)
+            case .healthCheck(let connection, let waiter, let deadline):
                 Task {
-                    do {
-                        let connection = try await PostgresConnection.connect(configuration, deadline: waiter.deadline)
-                        let accepted = withState { state -> Bool in
-                            guard !state.closed else { return false }
-                            take(connection, into: &state, shared: waiter.shared)
-                            return true
-                        }
-                        if accepted {
-                            waiter.continuation.resume(returning: connection)
-                        } else {
-                            await connection.close()
-                            withState { state in
-                                state.total -= 1
-                                signalDrain(&state)
-                            }
-                            waiter.continuation.resume(throwing: Self.closedError)
-                        }
-                    } catch {
-                        withState { $0.total -= 1 }
-                        waiter.continuation.resume(throwing: error)
-                    }
+                    let ok = await connection.ping(deadline: deadline)
+                    if !ok { observer.failedHealthCheck(connection) }
+                    perform(withMachine { $0.healthChecked(connection, ok: ok, waiter: waiter, now: .now) })
                 }
+            case .reset(let connection):
+                // The caller went on at once; the connection stays lent until its reset is
+                // done (a statement still draining after a deadline may take a while).
+                Task {
+                    let ok = await connection.prepareForReuse(options.reset, hook: options.resetHook)
+                    perform(withMachine { $0.resetFinished(connection, ok: ok, now: .now) })
+                }
+            case .close(let connection, let reason):
+                switch reason {
+                case .broken: observer.replacingBroken(connection)
+                case .resetFailed, .failedHealthCheck: observer.closingUnusable(connection)
+                case .poolClosed, .forced: break
+                }
+                Task { await connection.close() }
+            case .armTimer(let instant):
+                let loop = timerLoop
+                loop.execute { [self] in
+                    loop.schedule(at: instant) { [self] in perform(withMachine { $0.timerFired(now: .now) }) }
+                }
+            case .reportExhausted(let counts):
+                observer.exhausted(.init(open: counts.open, idle: counts.idle, leased: counts.leased, waiting: counts.waiting))
+            case .reportTimedOut(let count):
+                observer.timedOut(count)
+            case .drained:
+                let waiters = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+                    state.drained = true
+                    defer { state.drainWaiters.removeAll() }
+                    return state.drainWaiters
+                }
+                for waiter in waiters { waiter.resume(returning: true) }
             }
         }
     }
 
-    /// Tops the pool up to `minimumConnections`. `close()` waits for a connection being
-    /// opened here (and then closes it).
-    private func replenish() async {
-        while withState({ state -> Bool in
-            guard !state.closed, state.total < options.minimumConnections else { return false }
-            state.total += 1
-            state.opening += 1
-            return true
-        }) {
+    /// Resumes waiter `id`, or keeps the answer for it if it has not suspended yet.
+    private func answer(_ id: UInt64, _ result: Result<PostgresConnection, any Error>) {
+        let continuation = state.withLock { state -> CheckedContinuation<PostgresConnection, any Error>? in
+            switch state.slots[id] {
+            case .waiting(let continuation)?:
+                state.slots[id] = nil
+                return continuation
+            case .pending?:
+                state.slots[id] = .answered(result)
+                return nil
+            case .answered?, nil:
+                return nil
+            }
+        }
+        continuation?.resume(with: result)
+    }
+
+    private func open(forWaiter waiter: UInt64?, deadline: ContinuousClock.Instant?, affinity: Int?) {
+        let configuration = self.configuration
+        Task {
+            let loop = affinity.map { EventLoopGroup.shared.loops[$0 % EventLoopGroup.shared.loops.count] } ?? EventLoopGroup.shared.next()
             do {
-                let connection = try await PostgresConnection.connect(configuration)
-                withState { state in
-                    state.opening -= 1
-                    state.lend(connection)
-                }
-                handBack(connection)
+                let connection = try await PostgresConnection.connect(
+                    configuration, deadline: deadline ?? .now + .seconds(configuration.effectiveConnectTimeout), on: loop)
+                perform(withMachine { $0.connectionOpened(connection, affinity: loop.index, forWaiter: waiter, now: .now) })
+            } catch let error as PostgresError {
+                perform(withMachine { $0.connectionFailed(error, forWaiter: waiter, now: .now) })
             } catch {
-                withState { state in
-                    state.total -= 1
-                    state.opening -= 1
-                    signalDrain(&state)
-                }
-                return // the next acquire reports the error
+                perform(withMachine { $0.connectionFailed(PostgresError(kind: .connectionFailure, message: "\(error)"), forWaiter: waiter, now: .now) })
             }
         }
     }
 
-    private func signalDrain(_ state: inout State) {
-        if state.closed && state.inUse == 0 && state.opening == 0 {
-            for waiter in state.drainWaiters.values { waiter.resume(returning: true) }
-            state.drainWaiters.removeAll()
-        }
-    }
+    // MARK: Closing
 
     /// Stops lending: waiting tasks fail with `poolClosed`, idle connections close, and the
     /// call returns once every borrowed connection has come back and closed.
@@ -684,25 +432,15 @@ public final class PostgresPool: Sendable {
     /// ```
     @discardableResult
     public func close(gracePeriod: Duration?) async -> Bool {
-        let (waiters, idle, counts) = withState { state -> ([Waiter], [Idle], PoolObserver.Counts) in
-            state.closed = true
-            let waiters = Array(state.waiters.values)
-            state.waiters.removeAll()
-            state.order.removeAll()
-            state.orderHead = 0
-            let idle = state.idle
-            state.idle.removeAll()
-            state.total -= idle.count
-            return (waiters, idle, state.counts)
-        }
-        observer.closing(counts, gracePeriod: gracePeriod)
-        for waiter in waiters { waiter.continuation.resume(throwing: Self.closedError) }
-        for entry in idle { await entry.connection.close() }
+        let (actions, counts) = withMachine { machine in (machine.close(), machine.counts) }
+        observer.closing(.init(open: counts.open, idle: counts.idle, leased: counts.leased, waiting: counts.waiting), gracePeriod: gracePeriod)
+        perform(actions)
         let drained = await waitForDrain(until: gracePeriod.map { ContinuousClock.now + $0 })
         if !drained {
-            let stillOut = withState { state in Array(state.lent.values) + state.shared.values.map(\.connection) }
-            observer.forcedClose(stillOut.count)
-            for connection in stillOut { await connection.close() }
+            let out = withMachine { $0.forceClose() }
+            observer.forcedClose(out.count { if case .close = $0 { true } else { false } })
+            for case .close(let connection, _) in out { await connection.close() }
+            perform(out.filter { if case .close = $0 { false } else { true } })
         }
         observer.closed()
         return drained
@@ -710,14 +448,10 @@ public final class PostgresPool: Sendable {
 
     /// Returns true once nothing is lent or being opened, false at `deadline`.
     private func waitForDrain(until deadline: ContinuousClock.Instant?) async -> Bool {
-        let id = withState { state -> UInt64 in
-            state.nextWaiterID += 1
-            return state.nextWaiterID
-        }
-        return await withCheckedContinuation { continuation in
-            let done = withState { state -> Bool in
-                if state.inUse == 0 && state.opening == 0 { return true }
-                state.drainWaiters[id] = continuation
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                if state.drained { return true }
+                state.drainWaiters.append(continuation)
                 return false
             }
             if done { return continuation.resume(returning: true) }
@@ -725,75 +459,13 @@ public final class PostgresPool: Sendable {
             let loop = timerLoop
             loop.execute { [self] in
                 loop.schedule(at: deadline) { [self] in
-                    let waiter = withState { $0.drainWaiters.removeValue(forKey: id) }
-                    waiter?.resume(returning: false)
+                    let waiters = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+                        defer { state.drainWaiters.removeAll() }
+                        return state.drainWaiters
+                    }
+                    for waiter in waiters { waiter.resume(returning: false) }
                 }
             }
-        }
-    }
-
-    private static let closedError = PostgresError(kind: .poolClosed, message: "the connection pool is closed (the service is shutting down)")
-}
-
-extension PostgresConnection {
-    /// A reset that takes longer than this closes the connection instead.
-    static let resetDeadline: Duration = .seconds(10)
-
-    /// Gets a returned connection ready for the next borrower, ignoring task cancellation:
-    /// ends an open stream (a later read throws), rolls back a transaction left open, resets
-    /// session state as `reset` says, runs `hook`. `false` if the connection is unusable.
-
-    func prepareForReuse(_ reset: SessionReset, hook: (@Sendable (isolated PostgresConnection) async throws -> Void)?) async -> Bool {
-        guard !isBroken else { return false }
-        await closeStream(reason: "its connection went back to the pool")
-        await waitUntilIdle()
-        transactionToken = nil
-        do {
-            if isInTransaction { try await runControl("ROLLBACK", ignoringCancellation: true) }
-            let dirty = core.mirror.sessionDirty.load(ordering: .acquiring)
-            // Behind a pooler the session is not ours: a reset would reach whichever server
-            // session the pooler picks, and nothing was kept in ours.
-            switch isBehindPooler ? .never : reset {
-            case .always:
-                // Alone: in a multi-statement string it would run in an implicit transaction
-                // block, where DISCARD ALL is refused.
-                _ = try await perform(.simple("DISCARD ALL"), text: "DISCARD ALL", timeout: Self.resetDeadline, ignoringCancellation: true)
-                _ = try await perform(.simple(SessionSettings.pinSQL), text: "session settings", timeout: Self.resetDeadline, ignoringCancellation: true)
-                statements.removeAll()
-                pendingDeallocations.removeAll()
-                userPrepared = false
-            case .tracked where dirty:
-                let deallocate = userPrepared ? "DEALLOCATE ALL; " : ""
-                let script = "SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; SELECT pg_advisory_unlock_all(); CLOSE ALL; DISCARD TEMP; "
-                    + deallocate + SessionSettings.pinSQL
-                _ = try await perform(.simple(script), text: "session reset", timeout: Self.resetDeadline, ignoringCancellation: true)
-                if userPrepared {
-                    statements.removeAll()
-                    pendingDeallocations.removeAll()
-                    userPrepared = false
-                }
-            default:
-                break
-            }
-            core.notificationHandler = nil
-            core.breakHandler = nil
-            core.mirror.sessionDirty.store(false, ordering: .releasing)
-            if let hook { try await hook(self) }
-        } catch {
-            return false
-        }
-        return !isBroken
-    }
-
-    /// A round trip (an empty statement) that ignores task cancellation: the pool's health check.
-    func ping(deadline: ContinuousClock.Instant) async -> Bool {
-        let remaining = ContinuousClock.now.duration(to: deadline)
-        guard remaining > .zero else { return false }
-        do {
-            _ = try await perform(.simple(""), text: "", timeout: remaining, ignoringCancellation: true)
-            return !isBroken
-        } catch {
-            return false
         }
     }
 }
