@@ -18,9 +18,9 @@ protocol PooledConnection: AnyObject {
 ///   that cannot be served yet (it needs a connection of its own and none is free) holds back
 ///   every waiter behind it, even those a shared connection could take. No waiter can starve.
 /// - A caller that finds nobody waiting gets an idle connection (the most recently used, one
-///   of its own I/O thread if there is one), else a place in a shared connection's pipeline
-///   (for single statements; the one of its own thread, then the least busy), else a
-///   connection opened for it, else it waits.
+///   of its own I/O thread if there is one), else a connection opened for it while the pool
+///   has room, else (for single statements) a place in a shared connection's pipeline (the one
+///   of its own thread, then the least busy), else it waits.
 /// - Connections are opened only for waiters not already covered by an opening in flight; a
 ///   failed opening fails the waiter it was started for, with the error.
 /// - An idle connection older than `healthCheckAfterIdle` is checked before it is lent.
@@ -382,7 +382,9 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
             lendTo(waiter, entry.connection)
             return .lent(entry.connection)
         }
-        guard waiter.shared else { return nil }
+        // A connection of its own is opened while there is room (the server runs statements
+        // of separate connections in parallel); only a full pool shares pipelines.
+        guard waiter.shared, total >= limits.maximumConnections else { return nil }
         // The one place a shared connection is picked: the caller's own I/O thread first, then
         // the fewest users.
         var best: Int?
