@@ -7,6 +7,9 @@ let package = Package(
     products: [
         .library(name: "Postgres", targets: ["Postgres"]),
         .library(name: "EmbeddedPostgres", targets: ["EmbeddedPostgres"]),
+        // What tests of code built on the wrapper need: a throw-away cluster and a fresh
+        // database per test, a streaming replica, PgBouncer, a proxy that misbehaves, logs.
+        .library(name: "PostgresTestKit", targets: ["PostgresTestKit"]),
         .library(name: "Migrator", targets: ["Migrator"]),
         .library(name: "BabyBasicsStore", targets: ["BabyBasicsStore"]),
         .executable(name: "bbmigrate", targets: ["bbmigrate"]),
@@ -42,6 +45,8 @@ let package = Package(
         ]),
         // initdb/pg_ctl driven throw-away or development clusters, and test databases.
         .target(name: "EmbeddedPostgres", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log")]),
+        // The test kit: TestPostgres, TestReplication, PgBouncer, FaultProxy, LogCapture.
+        .target(name: "PostgresTestKit", dependencies: ["Postgres", "EmbeddedPostgres", .product(name: "Logging", package: "swift-log")]),
         // The migration engine: files, checksums, history, lock, drift check.
         .target(name: "Migrator", dependencies: [
             "Postgres", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
@@ -60,6 +65,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "PostgresTests", dependencies: [
+            "PostgresTestKit",
             "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "MetricsTestKit", package: "swift-metrics"),
@@ -67,10 +73,14 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "ServiceLifecycleTestKit", package: "swift-service-lifecycle"),
         ]),
-        .testTarget(name: "EmbeddedPostgresTests", dependencies: ["EmbeddedPostgres", "Postgres"]),
-        .testTarget(name: "SchemaTests", dependencies: ["Postgres", "EmbeddedPostgres", "Migrator"]),
-        .testTarget(name: "MigratorTests", dependencies: ["Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
+        .testTarget(name: "EmbeddedPostgresTests", dependencies: [
+            "PostgresTestKit", "EmbeddedPostgres", "Postgres"]),
+        .testTarget(name: "SchemaTests", dependencies: [
+            "PostgresTestKit", "Postgres", "EmbeddedPostgres", "Migrator"]),
+        .testTarget(name: "MigratorTests", dependencies: [
+            "PostgresTestKit", "Migrator", "Postgres", "EmbeddedPostgres", "bbmigrate"]),
         .testTarget(name: "BabyBasicsStoreTests", dependencies: [
+            "PostgresTestKit",
             "BabyBasicsStore", "Migrator", "Postgres", "EmbeddedPostgres", .product(name: "PropertyBased", package: "swift-property-based"),
             .product(name: "Logging", package: "swift-log"), .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),

@@ -23,6 +23,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Postgres", package: root),
                 .product(name: "EmbeddedPostgres", package: root),
+                .product(name: "PostgresTestKit", package: root),
                 .product(name: "Migrator", package: root),
                 .product(name: "BabyBasicsStore", package: root),
                 .product(name: "PostgresNIO", package: "postgres-nio"),

@@ -50,6 +50,7 @@ let package = Package(
             dependencies: [
                 "BabyBasicsAPI",
                 .product(name: "EmbeddedPostgres", package: root),
+                .product(name: "PostgresTestKit", package: root),
                 .product(name: "Migrator", package: root),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -31,17 +31,21 @@ public struct Store: Sendable {
     ///   to the primary. See ``ReplicaOptions``.
     /// - `listenConfiguration`: where ``childChanges()`` connects; the pool's configuration
     ///   unless given. Behind PgBouncer in transaction mode, give a URL of PostgreSQL itself.
+    /// - `retryPolicy`: how a call runs again after an error that guarantees nothing was
+    ///   applied (see ``RetryPolicy``); each retry is also logged at `info`.
     ///
     /// ```swift
     /// let store = Store(pool: PostgresPool(configuration: Store.configured(configuration)))
     /// let scaled = Store(pool: primaryPool, replica: replicaPool)
     /// ```
     public init(pool: PostgresPool, replica: PostgresPool? = nil, replicaOptions: ReplicaOptions = ReplicaOptions(),
-                listenConfiguration: PostgresConfiguration? = nil) {
+                listenConfiguration: PostgresConfiguration? = nil, retryPolicy: RetryPolicy = RetryPolicy()) {
         self.pool = pool
         self.replica = replica
         self.listenConfiguration = listenConfiguration ?? pool.configuration
-        routing = Routing(primary: pool, router: replica.map { ReplicaRouter(primary: pool, replica: $0, options: replicaOptions) })
+        routing = Routing(
+            primary: pool, router: replica.map { ReplicaRouter(primary: pool, replica: $0, options: replicaOptions) },
+            retry: retryPolicy.loggingRetries(to: pool.logger))
     }
 
     /// The WAL position of `user`'s last write through this store, while reads may still have

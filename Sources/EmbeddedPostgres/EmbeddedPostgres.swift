@@ -376,7 +376,7 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     /// Binds `socketFD` to 127.0.0.1 on a port the kernel picks; that port, or nil.
-    static func bindLoopback(_ socketFD: Int32) -> Int? {
+    package static func bindLoopback(_ socketFD: Int32) -> Int? {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0

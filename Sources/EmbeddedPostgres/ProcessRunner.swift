@@ -5,21 +5,21 @@ import Glibc
 
 /// Runs PostgreSQL's tools, as the unprivileged `postgres` account when we are root
 /// (`initdb` and `postgres` refuse to run as root).
-struct ProcessRunner: Sendable {
-    struct Outcome {
-        var status: Int32
-        var output: String
+package struct ProcessRunner: Sendable {
+    package struct Outcome {
+        package var status: Int32
+        package var output: String
     }
 
     /// Whether this process is root.
-    static var isRoot: Bool { geteuid() == 0 }
+    package static var isRoot: Bool { geteuid() == 0 }
 
     /// The account the server runs as when we are root.
-    static let serverAccount = "postgres"
+    package static let serverAccount = "postgres"
 
     /// Runs `executable` with `arguments`, waiting for it, capturing stdout and stderr (as the
     /// server account when we are root).
-    static func run(_ executable: String, _ arguments: [String], asServerAccount: Bool = true) throws -> Outcome {
+    package static func run(_ executable: String, _ arguments: [String], asServerAccount: Bool = true) throws -> Outcome {
         var argv = [executable] + arguments
         if asServerAccount && isRoot {
             let runuser = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"].first {
@@ -37,7 +37,7 @@ struct ProcessRunner: Sendable {
     }
 
     /// Gives `path` to the server account (when root) so it can own the cluster files.
-    static func handOver(_ path: String) throws {
+    package static func handOver(_ path: String) throws {
         guard isRoot else { return }
         guard let account = getpwnam(serverAccount) else {
             throw EmbeddedPostgresError(

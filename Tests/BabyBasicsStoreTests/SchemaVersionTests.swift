@@ -1,5 +1,6 @@
 import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Migrator
 import Postgres

@@ -1,5 +1,6 @@
 import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Postgres
 import Testing
@@ -58,7 +59,7 @@ import Testing
 @Suite struct ChildChangesThroughAPoolerTests {
     @Test func pushThroughAPoolerEndsWithUnavailable() async throws {
         let fixture = try await StoreFixture.make()
-        let bouncer = try PgBouncer.start(in: fixture.database.cluster, mode: .transaction, poolSize: 2)
+        let bouncer = try await PgBouncer.start(in: fixture.database.cluster, mode: .transaction, poolSize: 2)
         defer { bouncer.stop() }
         var pooled = PostgresConfiguration(bouncer.connectionString(database: fixture.database.name))
         pooled.pooler = .transaction

@@ -1,5 +1,6 @@
 import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Migrator
 import Postgres
@@ -48,7 +49,7 @@ struct StoreFixture {
 
     private static let sharedBouncer = Task {
         let cluster = try await TestPostgres.shared.cluster()
-        return try PgBouncer.start(in: cluster, mode: .transaction, poolSize: 12, connectQuery: "SET ROLE babybasics_app")
+        return try await PgBouncer.start(in: cluster, mode: .transaction, poolSize: 12, connectQuery: "SET ROLE babybasics_app")
     }
 
     /// A user with a child they are primary of.

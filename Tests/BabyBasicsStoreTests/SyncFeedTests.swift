@@ -1,5 +1,6 @@
 @testable import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Postgres
 import Testing
@@ -576,13 +577,23 @@ private struct RolledBack: Error {}
         defer { try? FileManager.default.removeItem(at: folder) }
         let dump = URL(fileURLWithPath: "/tmp/bb-dump-\(UUID().uuidString.prefix(8)).sql")
         defer { try? FileManager.default.removeItem(at: dump) }
-        try run(binaries.directory + "/pg_dump", ["--no-owner", "--no-privileges", "-f", dump.path, "-d", fixture.database.connectionString])
+        try await run(binaries.directory + "/pg_dump", ["--no-owner", "--no-privileges", "-f", dump.path, "-d", fixture.database.connectionString])
 
         let cluster = EmbeddedPostgres(directory: folder, options: .init(durable: false))
-        try cluster.start()
-        defer { try? cluster.stop(immediate: true) }
+        try await cluster.start()
+        do {
+            try await restoreAndSync(cluster, dump: dump, child: child, old: old, alice: alice, replica: replica)
+        } catch {
+            try? await cluster.stop(immediate: true)
+            throw error
+        }
+        try await cluster.stop(immediate: true)
+    }
+
+    private func restoreAndSync(_ cluster: EmbeddedPostgres, dump: URL, child: Child, old: Event, alice: User, replica: SyncReplica) async throws {
+        let binaries = try ServerBinaries.locate()
         try await cluster.createDatabase("restored")
-        try run(binaries.directory + "/psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", dump.path, "-d", try cluster.connectionString(database: "restored")])
+        try await run(binaries.directory + "/psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", dump.path, "-d", try cluster.connectionString(database: "restored")])
 
         let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "restored")), options: PoolOptions(maximumConnections: 2))
         let restored = Store(pool: pool)
@@ -684,8 +695,8 @@ private struct RolledBack: Error {}
 
 /// Runs a program and fails the test with its output if it fails. (`ChildProcess`, not
 /// Foundation's `Process`, whose `waitUntilExit` can miss a child's exit on Linux.)
-func run(_ executable: String, _ arguments: [String]) throws {
-    let result = try ChildProcess.spawn([executable] + arguments).waitBlocking()
+func run(_ executable: String, _ arguments: [String]) async throws {
+    let result = try await ChildProcess.spawn([executable] + arguments).result()
     if result.status != 0 {
         Issue.record("\(executable) \(arguments.joined(separator: " ")) exited \(result.status): \(result.stdout)\(result.stderr)")
         throw RolledBack()

@@ -1,4 +1,5 @@
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Postgres
 import Testing
@@ -12,13 +13,13 @@ import Glibc
         defer { try? FileManager.default.removeItem(at: directory) }
         let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false))
         #expect(try cluster.status() == .notInitialized)
-        let status = try cluster.start()
+        let status = try await cluster.start()
         guard case .running(let port, _) = status else {
             Issue.record("not running after start: \(status)")
             return
         }
         #expect(port > 0)
-        #expect(try cluster.start() == status) // idempotent
+        #expect(try await cluster.start() == status) // idempotent
         try await cluster.createDatabase("family")
         #expect(try await cluster.databaseExists("family"))
         #expect(try await cluster.databaseExists("nope") == false)
@@ -32,14 +33,14 @@ import Glibc
         #expect(try await copy.fetchValue(String.self, "SELECT v FROM kept") == "still here")
         await copy.close()
 
-        try cluster.stop()
+        try await cluster.stop()
         #expect(try cluster.status() == .stopped)
         #expect(throws: EmbeddedPostgresError.self) { try cluster.connectionString() }
-        try cluster.start()
+        try await cluster.start()
         let again = try await PostgresConnection.connect(try cluster.connectionString(database: "family"))
         #expect(try await again.fetchValue(String.self, "SELECT v FROM kept") == "still here")
         await again.close()
-        try cluster.stop(immediate: true)
+        try await cluster.stop(immediate: true)
     }
 
     /// Only the server's account (and root) may reach the socket; every connection needs the
@@ -49,8 +50,8 @@ import Glibc
         let directory = URL(fileURLWithPath: "/tmp/bb-locked-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: directory) }
         let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false))
-        try cluster.start()
-        defer { try? cluster.stop(immediate: true) }
+        try await cluster.start()
+        defer { Task { try? await cluster.stop(immediate: true) } }
         let port = try cluster.port()
 
         func mode(_ url: URL) throws -> Int {
@@ -91,10 +92,10 @@ import Glibc
         }
 
         // A cluster made by an older version (trust, an open folder) is locked down on start.
-        try cluster.stop()
+        try await cluster.stop()
         try "local all all trust\nhost all all 127.0.0.1/32 trust\n".write(to: cluster.dataDirectory.appendingPathComponent("pg_hba.conf"), atomically: false, encoding: .utf8)
         chmod(directory.path, 0o755)
-        try cluster.start()
+        try await cluster.start()
         #expect(try mode(directory) == 0o700)
         #expect(!(try String(contentsOf: cluster.dataDirectory.appendingPathComponent("pg_hba.conf"), encoding: .utf8)).contains("trust"))
         await #expect(throws: PostgresError.self) { _ = try await PostgresConnection.connect(withoutPassword, connectTimeout: 5) }

@@ -29,7 +29,7 @@ import Glibc
             #expect(link.path == path)
             #expect(cluster.directory.path.hasPrefix("/var/tmp/babybasics/bbdata-"))
             #expect(try FileManager.default.destinationOfSymbolicLink(atPath: path) == cluster.directory.path)
-            try cluster.start()
+            try await cluster.start()
             let connection = try await PostgresConnection.connect(try cluster.connectionString())
             #expect(try await connection.fetchValue(Int.self, "SELECT \(1)") == 1)
             await connection.close()
@@ -37,7 +37,7 @@ import Glibc
             let again = try EmbeddedPostgres.development(at: path)
             #expect(again.directory.path == cluster.directory.path && again.linkedFrom?.path == path)
             if case .running = try again.status() {} else { Issue.record("the cluster is not found running through the link") }
-            try again.remove()
+            try await again.remove()
             #expect(!FileManager.default.fileExists(atPath: cluster.directory.path))
             #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: path)) == nil)
         } else {

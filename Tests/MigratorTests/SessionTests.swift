@@ -1,4 +1,5 @@
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Migrator
 import Postgres
@@ -73,7 +74,7 @@ import Testing
 
     @Test func aTransactionPoolerIsRefusedWithAFixAndASessionPoolerWorks() async throws {
         let (database, connection) = try await emptyDatabase()
-        let transactionPool = try PgBouncer.start(in: database.cluster, mode: .transaction)
+        let transactionPool = try await PgBouncer.start(in: database.cluster, mode: .transaction)
         defer { transactionPool.stop() }
         let refused = try await bbmigrate("up", "--url", transactionPool.connectionString(database: database.name), "--dir", repositoryMigrations.path)
         #expect(refused.status == 2, "\(refused.stderr)")
@@ -81,7 +82,7 @@ import Testing
         #expect(refused.stderr.contains("What to do: point --url (or DATABASE_URL) for bbmigrate at the PostgreSQL server itself"))
         #expect(try await connection.fetchValue(Bool.self, "SELECT to_regclass('bbmigrate.schema_migrations') IS NULL") == true)
 
-        let sessionPool = try PgBouncer.start(in: database.cluster, mode: .session)
+        let sessionPool = try await PgBouncer.start(in: database.cluster, mode: .session)
         defer { sessionPool.stop() }
         let applied = try await bbmigrate("up", "--url", sessionPool.connectionString(database: database.name), "--dir", repositoryMigrations.path)
         #expect(applied.status == 0, "\(applied.stderr)")

@@ -15,20 +15,15 @@ import Testing
                 if !running { try await Task.sleep(for: .milliseconds(20)) }
             }
             #expect(running)
-            let clock = ContinuousClock()
-            let started = clock.now
             task.cancel()
             let result = await task.result
-            let elapsed = clock.now - started
             guard case .failure(let error as PostgresError) = result else {
                 Issue.record("expected a cancellation error, got \(result)")
                 return
             }
+            // The server's own cancellation: the statement was stopped, not left to run its 60 s.
             #expect(error.kind == .queryCanceled)
-            // Typically tens of milliseconds, but this runs beside 360 other tests on 2 cores
-            // (2.03 s seen once), so no speed is asserted: only that the cancel stopped the
-            // statement, far before the end of its 60 s.
-            #expect(elapsed < .seconds(30), "the statement was not stopped by the cancel (it ran \(elapsed))")
+            #expect(error.sqlState == "57014")
             let stillRunning = try await observer.value(
                 Int.self, "SELECT count(*) FROM pg_stat_activity WHERE pid = \(pid) AND query = 'SELECT pg_sleep(60)' AND state = 'active'")
             #expect(stillRunning == 0)

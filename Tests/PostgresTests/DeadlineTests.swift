@@ -1,4 +1,5 @@
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Postgres
 import Testing
@@ -10,13 +11,12 @@ import Testing
         let (connection, database) = try await freshConnection()
         let admin = try await database.connect()
         let pid = await connection.backendPID
-        let started = ContinuousClock.now
         let error = await expectPostgresError(.timeout) {
             _ = try await connection.query("SELECT pg_sleep(30)", timeout: .milliseconds(200))
         }
-        #expect(ContinuousClock.now - started < .seconds(5))
         #expect(error?.message.contains("deadline") == true, "\(String(describing: error))")
-        // The server stopped running it (cancelled, not left to finish).
+        // The server stopped running it (cancelled, not left to finish): it is idle long before
+        // the 30 s the statement asked for.
         try await waitUntil {
             try await admin.value(String.self, "SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = \(pid)") == "idle"
         }
@@ -61,11 +61,11 @@ import Testing
         let connection = try await PostgresConnection.connect(PostgresConfiguration(proxy.connectionString(database: database.name)))
         #expect(try await connection.value(Int.self, "SELECT 1") == 1)
         proxy.mode = .silent
-        let started = ContinuousClock.now
-        await expectPostgresError(.timeout) { _ = try await connection.query("SELECT 2", timeout: .milliseconds(300)) }
-        // The deadline plus at most the 1 s wait for the server to confirm the cancel: well
-        // before the 5 s after which the connection is given up (room for a loaded machine).
-        #expect(ContinuousClock.now - started < .milliseconds(4500))
+        // A timeout, not a hang; how long each step takes (the deadline, the wait for the
+        // cancel's answer, the grace before giving up) is ConnectionStateMachineTests' to check
+        // on its manual clock, where a busy machine cannot stretch it.
+        let error = await expectPostgresError(.timeout) { _ = try await connection.query("SELECT 2", timeout: .milliseconds(300)) }
+        #expect(error?.message.contains("has not answered") == true, "\(String(describing: error))")
         // The server never answered the cancel either: the connection is given up.
         try await waitUntil { connection.isBroken }
         await expectPostgresError(.connectionFailure) { try await connection.execute("SELECT 3") }
@@ -76,11 +76,10 @@ import Testing
         let proxy = try FaultProxy.start(in: database.cluster)
         defer { proxy.stop() }
         proxy.mode = .silent
-        let started = ContinuousClock.now
-        await expectPostgresError(.connectionFailure) {
+        let error = await expectPostgresError(.connectionFailure) {
             _ = try await PostgresConnection.connect(proxy.connectionString(database: database.name, options: "connect_timeout=1"))
         }
-        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(error?.message.contains("connect timeout") == true, "\(String(describing: error))")
         // Without a connect_timeout in the string, the default (10 s) still ends it.
         var configuration = PostgresConfiguration(proxy.connectionString(database: database.name))
         #expect(configuration.connectionParameterValue("connect_timeout") == "10")
@@ -96,9 +95,8 @@ import Testing
         let pool = PostgresPool(
             configuration: PostgresConfiguration(proxy.connectionString(database: database.name)),
             options: PoolOptions(maximumConnections: 2, acquireTimeout: .milliseconds(500)))
-        let started = ContinuousClock.now
+        // The pool's 0.5 s, not the 10 s connect timeout: a pool timeout, not a connect failure.
         await expectPostgresError(.poolTimeout) { try await pool.execute("SELECT 1") }
-        #expect(ContinuousClock.now - started < .milliseconds(4500), "not the 10 s connect timeout")
         // Once the network is back, the pool works (its attempts from the silent spell may
         // still hold both slots for a moment: each later acquire has its own 0.5 s).
         proxy.mode = .forward

@@ -1,5 +1,6 @@
 @testable import Postgres
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Postgres
 import Testing
@@ -33,7 +34,7 @@ import Testing
         let database = try await TestPostgresDatabase.make()
         let (wrong, _) = try await Self.runTheWork(database, statementCacheCapacity: 100, pooler: .detect)
         #expect(wrong == [])
-        let bouncer = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
         defer { bouncer.stop() }
         let through = try await PostgresConnection.connect(bouncer.connectionString(database: database.name))
         #expect(await through.isBehindPooler)
@@ -68,7 +69,7 @@ import Testing
     static func runTheWork(_ database: TestDatabase, statementCacheCapacity: Int, pooler: PostgresConfiguration.Pooler = .none) async throws -> (wrong: [String], serverConnections: Int) {
         let admin = try await database.connect()
         try await admin.execute("CREATE TABLE bounced (task int, step int, at timestamptz, note text, PRIMARY KEY (task, step))")
-        let bouncer = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 3)
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 3)
         defer { bouncer.stop() }
         var configuration = PostgresConfiguration(bouncer.connectionString(database: database.name))
         configuration.statementCacheCapacity = statementCacheCapacity
@@ -119,7 +120,7 @@ import Testing
     /// forever. Directly, the same listener hears notifications (the good case).
     @Test func listeningThroughAPoolerFailsClearly() async throws {
         let database = try await TestPostgresDatabase.make()
-        let bouncer = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
         defer { bouncer.stop() }
         let through = try await PostgresConnection.connect(bouncer.connectionString(database: database.name))
         do {
@@ -158,7 +159,7 @@ import Testing
     /// is refused by name, where it would otherwise decode text wrongly.
     @Test func whatCannotWorkBehindAPoolerIsRefusedByName() async throws {
         let database = try await TestPostgresDatabase.make()
-        let bouncer = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
         defer { bouncer.stop() }
         var told = PostgresConfiguration(bouncer.connectionString(database: database.name))
         told.pooler = .transaction
@@ -187,7 +188,7 @@ import Testing
         let admin = try await database.connect()
         try await admin.execute("ALTER DATABASE \(identifier: database.name) SET IntervalStyle = sql_standard")
         await admin.close()
-        let fresh = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
+        let fresh = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
         defer { fresh.stop() }
         var behindFresh = PostgresConfiguration(fresh.connectionString(database: database.name))
         behindFresh.pooler = .transaction
@@ -201,7 +202,7 @@ import Testing
     /// half-prepared state behind, and the next statement on the same pooler works.
     @Test func aFailedStatementThroughThePoolerLeavesNothingBehind() async throws {
         let database = try await TestPostgresDatabase.make()
-        let bouncer = try PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 1)
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 1)
         defer { bouncer.stop() }
         var configuration = PostgresConfiguration(bouncer.connectionString(database: database.name))
         configuration.statementCacheCapacity = 0

@@ -1,4 +1,5 @@
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Migrator
 import Postgres

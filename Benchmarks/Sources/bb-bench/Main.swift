@@ -1,6 +1,7 @@
 import BabyBasicsStore
 import CLibPQ
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import InMemoryTracing
 import Logging

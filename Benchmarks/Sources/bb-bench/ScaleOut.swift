@@ -1,5 +1,6 @@
 import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Migrator
 import Postgres
@@ -105,7 +106,7 @@ extension Runner {
         result.readsOnPrimaryBehind = after.primaryBecauseBehindUser - before.primaryBecauseBehindUser
 
         // 3. Through PgBouncer (transaction mode) versus direct: a round trip and a store call.
-        let bouncer = try PgBouncer.start(in: primary, mode: .transaction, poolSize: 4)
+        let bouncer = try await PgBouncer.start(in: primary, mode: .transaction, poolSize: 4)
         defer { bouncer.stop() }
         var pooled = PostgresConfiguration(bouncer.connectionString(database: "scale"))
         pooled.pooler = .transaction

@@ -118,22 +118,30 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// How often a store call runs again after an error that guarantees nothing was applied.
-enum StoreRetry {
-    /// Attempts in all, the first included.
-    static let attempts = 3
-    /// The wait before attempt `n` (2, 3…): short, growing, with jitter so that callers that
-    /// collided (a deadlock, a serialization failure) do not collide again.
-    static func backoff(before attempt: Int) -> Duration {
-        .milliseconds(Int.random(in: 10...40) * (attempt - 1))
+extension RetryPolicy {
+    /// The store's policy: the wrapper's default (``RetryPolicy``, layer 2: three attempts in
+    /// all), each retry logged at `info` through `logger` (kinds and SQLSTATEs only, never
+    /// values), after the caller's own `beforeRetry`.
+    func loggingRetries(to logger: Logger) -> RetryPolicy {
+        var policy = self
+        let earlier = beforeRetry
+        let attempts = self.attempts
+        policy.beforeRetry = { attempt, error in
+            logger.info("store call failed safely (nothing was applied); running it again", metadata: [
+                "error.kind": "\(error.kind.rawValue)", "db.response.status_code": "\(error.sqlState ?? "")",
+                "attempt": "\(attempt)", "attempts": "\(attempts)",
+            ])
+            await earlier?(attempt, error)
+        }
+        return policy
     }
 }
 
 /// Runs `body`, translating database errors into `StoreError` where they have a domain
 /// meaning, after `retryingSafeErrors` has run it again where that is safe.
-func mappingErrors<T>(_ logger: Logger, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+func mappingErrors<T>(_ routing: Routing, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
     do {
-        return try await retryingSafeErrors(logger, retrying: retrying, body)
+        return try await retryingSafeErrors(routing, retrying: retrying, body)
     } catch let error as PostgresError {
         throw StoreError.map(error)
     }
@@ -143,34 +151,19 @@ func mappingErrors<T>(_ logger: Logger, retrying: Bool = true, isolation: isolat
 ///
 /// Each store call is one statement or one transaction, so an error whose `retry` is `.safe`
 /// (a serialization failure, a deadlock, a lock timeout, a connection lost before anything
-/// was applied) runs it again, up to `StoreRetry.attempts` in all, unless the task was
+/// was applied) runs it again as the store's `RetryPolicy` says (three attempts by default), unless the task was
 /// cancelled. `.outcomeUnknown` is never retried: it becomes `StoreError.outcomeUnknown`.
 /// Other errors come back unchanged. `retrying: false` for calls whose body has effects
 /// outside the database (an export writing to its consumer).
 /// Retries are logged at `info`, an unknown outcome at `warning`, through the pool's logger
 /// (kinds and SQLSTATEs only, never values).
-func retryingSafeErrors<T>(_ logger: Logger, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
-    var attempt = 1
-    while true {
-        do {
-            return try await body()
-        } catch let error as PostgresError {
-            switch error.retry {
-            case .safe where retrying && attempt < StoreRetry.attempts && !Task.isCancelled:
-                attempt += 1
-                logger.info("store call failed safely (nothing was applied); running it again", metadata: [
-                    "error.kind": "\(error.kind.rawValue)", "db.response.status_code": "\(error.sqlState ?? "")",
-                    "attempt": "\(attempt)", "attempts": "\(StoreRetry.attempts)",
-                ])
-                try await Task.sleep(for: StoreRetry.backoff(before: attempt))
-            case .outcomeUnknown:
-                logger.warning("the connection was lost before the database confirmed a change; it may or may not be saved (StoreError.outcomeUnknown)", metadata: [
-                    "error.kind": "\(error.kind.rawValue)",
-                ])
-                throw StoreError.outcomeUnknown(reason: error.message)
-            default:
-                throw error
-            }
-        }
+func retryingSafeErrors<T>(_ routing: Routing, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+    do {
+        return try await (retrying ? routing.retry : RetryPolicy(attempts: 1)).run(body)
+    } catch let error as PostgresError where error.retry == .outcomeUnknown {
+        routing.primary.logger.warning("the connection was lost before the database confirmed a change; it may or may not be saved (StoreError.outcomeUnknown)", metadata: [
+            "error.kind": "\(error.kind.rawValue)",
+        ])
+        throw StoreError.outcomeUnknown(reason: error.message)
     }
 }

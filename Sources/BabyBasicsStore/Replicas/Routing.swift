@@ -7,6 +7,8 @@ import Postgres
 struct Routing: Sendable {
     let primary: PostgresPool
     let router: ReplicaRouter?
+    /// How a call runs again after an error that guarantees nothing was applied.
+    let retry: RetryPolicy
 
     /// A read by `user`: `body` gets the pool to read from. A replica that fails for a reason
     /// of its own (lost, unreachable) is skipped and the read runs again on the primary;
@@ -15,7 +17,7 @@ struct Routing: Sendable {
         as user: UUID, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation,
         _ body: (PostgresPool) async throws -> T
     ) async throws -> T {
-        try await mappingErrors(primary.logger, retrying: retrying) {
+        try await mappingErrors(self, retrying: retrying) {
             guard let router, await router.route(for: user) == .replica else { return try await body(primary) }
             do {
                 return try await body(router.replica)
@@ -35,7 +37,7 @@ struct Routing: Sendable {
         _ body: () async throws -> T
     ) async throws -> T {
         do {
-            let result = try await mappingErrors(primary.logger, body)
+            let result = try await mappingErrors(self, body)
             if let router { await router.noteWrite(by: user) }
             return result
         } catch StoreError.outcomeUnknown(let reason) {

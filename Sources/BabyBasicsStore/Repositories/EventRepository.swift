@@ -126,7 +126,7 @@ public struct EventRepository: Sendable {
     /// (read-your-writes on a replica).
     func eventErrors<T>(child: SQL, by actingUser: UUID, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
         do {
-            let result = try await retryingSafeErrors(pool.logger, body)
+            let result = try await retryingSafeErrors(routing, body)
             if let router = routing.router { await router.noteWrite(by: actingUser) }
             return result
         } catch StoreError.outcomeUnknown(let reason) {
@@ -197,7 +197,7 @@ public struct EventRepository: Sendable {
         do {
             return try await body()
         } catch StoreError.invalid(field: "end", reason: let reason) where reason == StoreError.maxDuration {
-            let rows = try await mappingErrors(pool.logger) { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
+            let rows = try await mappingErrors(routing) { try await pool.query("SELECT \(Event.columns) FROM events e WHERE \(timer)") }
             guard let row = rows.first else { throw StoreError.invalid(field: "end", reason: reason) }
             throw StoreError.timerTooLong(startedAt: try Event.Row(row).event().start)
         }
@@ -205,7 +205,7 @@ public struct EventRepository: Sendable {
 
     /// The running sleep of a child, if any (the caller's membership was checked already).
     private func activeSleepID(of childID: UUID) async throws -> UUID? {
-        try await mappingErrors(pool.logger) {
+        try await mappingErrors(routing) {
             try await pool.query("SELECT e.id FROM events e WHERE \(Self.runningSleep(of: childID))").first?.decode(UUID.self, at: 0)
         }
     }
@@ -362,7 +362,7 @@ public struct EventRepository: Sendable {
 
     /// The event as the primary has it (inside a write's steps).
     func stored(_ eventID: UUID, as actingUser: UUID) async throws -> Event {
-        try await mappingErrors(pool.logger) { try await Self.fetch(eventID, in: scope, as: actingUser, on: pool) }
+        try await mappingErrors(routing) { try await Self.fetch(eventID, in: scope, as: actingUser, on: pool) }
     }
 
     static func fetch(_ eventID: UUID, in scope: UUID?, as actingUser: UUID, on pool: PostgresPool) async throws -> Event {
@@ -429,7 +429,7 @@ public struct EventRepository: Sendable {
     /// Hard-deletes events soft-deleted more than 30 days ago, with their history (PRD §11).
     /// A maintenance call for a scheduled job; returns how many were purged.
     public func purgeDeleted() async throws -> Int {
-        try await mappingErrors(pool.logger) { try await pool.query("SELECT purge_deleted_events()").first?.decode(Int.self, at: 0) ?? 0 }
+        try await mappingErrors(routing) { try await pool.query("SELECT purge_deleted_events()").first?.decode(Int.self, at: 0) ?? 0 }
     }
 
     /// Other events of the same child and type starting within 5 minutes of this one, not

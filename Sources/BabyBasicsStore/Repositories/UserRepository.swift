@@ -15,7 +15,7 @@ public struct UserRepository: Sendable {
     public func create(email: String, displayName: String, passwordHash: String? = nil, appleUserID: String? = nil) async throws -> User {
         let email = try Validate.email(email)
         let name = try Validate.displayName(displayName)
-        let user = try await mappingErrors(pool.logger) {
+        let user = try await mappingErrors(routing) {
             let rows = try await pool.query("""
                 INSERT INTO users AS u (email, display_name, password_hash, apple_user_id)
                 VALUES (\(email), \(name), \(passwordHash), \(appleUserID))
@@ -59,7 +59,7 @@ public struct UserRepository: Sendable {
     /// For the sign-in flow, before there is an acting user: the id and password hash for an
     /// email (ignoring case), or `nil`.
     public func credentials(email: String) async throws -> UserCredentials? {
-        try await mappingErrors(pool.logger) {
+        try await mappingErrors(routing) {
             try await pool.query("""
                 SELECT id, password_hash, apple_user_id FROM users WHERE lower(email) = lower(\(email))
                 """).first?.decode(as: UserCredentials.self)
@@ -83,7 +83,7 @@ public struct UserRepository: Sendable {
     /// becomes primary. Events they logged stay with the child, unattributed.
     public func deleteAccount(as actingUser: UUID) async throws {
         do {
-            let deleted = try await retryingSafeErrors(pool.logger) { try await pool.query("SELECT delete_user_account(\(actingUser))") }
+            let deleted = try await retryingSafeErrors(routing) { try await pool.query("SELECT delete_user_account(\(actingUser))") }
             guard try deleted.first?.decode(Bool.self, at: 0) == true else {
                 throw StoreError.notFound
             }

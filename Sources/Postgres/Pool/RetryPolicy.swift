@@ -29,17 +29,18 @@ public struct RetryPolicy: Sendable {
     public var attempts: Int
     /// The pause before attempt `n` (2, 3…).
     public var backoff: @Sendable (_ attempt: Int) -> Duration
-    /// Called before each retry, with the attempt about to run and the error that caused it
-    /// (for a log line).
-    public var onRetry: (@Sendable (_ attempt: Int, _ error: PostgresError) -> Void)?
+    /// Runs before each retry (before its pause), with the attempt about to run and the error
+    /// that caused it: a log line, a metric, or in a test the step that makes the next attempt
+    /// succeed (releasing the lock the first one timed out on).
+    public var beforeRetry: (@Sendable (_ attempt: Int, _ error: PostgresError) async -> Void)?
 
     /// Three attempts, pausing 10–40 ms times the attempt number before each retry: callers
     /// that collided (a deadlock, a serialization failure) do not collide again.
     public init(attempts: Int = 3, backoff: @escaping @Sendable (Int) -> Duration = RetryPolicy.jitteredBackoff,
-                onRetry: (@Sendable (Int, PostgresError) -> Void)? = nil) {
+                beforeRetry: (@Sendable (Int, PostgresError) async -> Void)? = nil) {
         self.attempts = max(1, attempts)
         self.backoff = backoff
-        self.onRetry = onRetry
+        self.beforeRetry = beforeRetry
     }
 
     /// 10–40 ms times (attempt − 1).
@@ -66,7 +67,7 @@ public struct RetryPolicy: Sendable {
                 attempt += 1
                 let pause = backoff(attempt)
                 if let deadline, ContinuousClock.now + pause >= deadline { throw error }
-                onRetry?(attempt, error)
+                await beforeRetry?(attempt, error)
                 try await Task.sleep(for: pause)
             }
         }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import BabyBasicsAPI
 import BabyBasicsStore
 import EmbeddedPostgres
+import PostgresTestKit
 import Foundation
 import Hummingbird
 import Logging

@@ -1,3 +1,4 @@
+import EmbeddedPostgres
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -28,6 +29,11 @@ public final class FaultProxy: Sendable {
         case silent
         /// The client's bytes reach the server; the server's answers are dropped.
         case dropAnswers
+        /// The server's answers reach the client one protocol message at a time, 10 ms apart,
+        /// so each is in a read of its own: an error and its Sync's answer, a row and the next,
+        /// never together. (Switch to it while the connection is quiet: it splits at message
+        /// boundaries, which it finds from the next byte the server sends.)
+        case oneMessagePerRead
     }
 
     public let port: Int
@@ -154,6 +160,7 @@ public final class FaultProxy: Sendable {
 
     private func pump(from source: Int32, to destination: Int32, answers: Bool, pair: Pair) {
         var buffer = [UInt8](repeating: 0, count: 16_384)
+        var pendingAnswer: [UInt8] = []
         loop: while true {
             let (current, open) = state.withLock { ($0.mode, $0.sockets.contains(source)) }
             if !open { break } // cut or stopped, even while silent
@@ -170,15 +177,23 @@ public final class FaultProxy: Sendable {
             let count = buffer.withUnsafeMutableBytes { recv(source, $0.baseAddress, $0.count, 0) }
             if count <= 0 { break }
             if answers && mode == .dropAnswers { continue }
-            var offset = 0
-            while offset < count {
-                let written = buffer.withUnsafeBytes { raw -> Int in
-                    guard let base = raw.baseAddress else { return -1 }
-                    return send(destination, base + offset, count - offset, Int32(MSG_NOSIGNAL))
+            if answers && mode == .oneMessagePerRead {
+                pendingAnswer += buffer[0..<count]
+                // Type byte, then a 4-byte length that counts itself.
+                while pendingAnswer.count >= 5 {
+                    let length = pendingAnswer[1..<5].reduce(0) { $0 << 8 | Int($1) }
+                    guard pendingAnswer.count >= 1 + length else { break }
+                    guard sendAll(Array(pendingAnswer.prefix(1 + length)), to: destination) else { break loop }
+                    pendingAnswer.removeFirst(1 + length)
+                    usleep(10_000)
                 }
-                if written <= 0 { break loop }
-                offset += written
+                continue
             }
+            if !pendingAnswer.isEmpty {
+                guard sendAll(pendingAnswer, to: destination) else { break loop }
+                pendingAnswer.removeAll()
+            }
+            guard sendAll(Array(buffer[0..<count]), to: destination) else { break loop }
         }
         shutdown(destination, Int32(SHUT_RDWR))
         shutdown(source, Int32(SHUT_RDWR))
@@ -188,6 +203,20 @@ public final class FaultProxy: Sendable {
             close(destination)
         }
     }
+}
+
+/// Writes all of `bytes` to `destination`; false when the peer is gone.
+private func sendAll(_ bytes: [UInt8], to destination: Int32) -> Bool {
+    var offset = 0
+    while offset < bytes.count {
+        let written = bytes.withUnsafeBytes { raw -> Int in
+            guard let base = raw.baseAddress else { return -1 }
+            return send(destination, base + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+        }
+        if written <= 0 { return false }
+        offset += written
+    }
+    return true
 }
 
 /// The name of the proxy's threads, for a test that counts threads (`/proc/self/task/*/comm`).

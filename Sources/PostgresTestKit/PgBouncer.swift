@@ -1,3 +1,4 @@
+import EmbeddedPostgres
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -52,7 +53,13 @@ public struct PgBouncer: Sendable {
     /// `connectQuery` runs on each server connection PgBouncer opens, before any client uses
     /// it (PgBouncer's `connect_query`), e.g. `SET ROLE babybasics_app` to serve clients as a
     /// least-privilege role.
-    public static func start(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int = 20, connectQuery: String? = nil) throws -> PgBouncer {
+    /// It waits until PgBouncer accepts connections, on a thread of its own (never on Swift's
+    /// cooperative threads, which a test suite needs for everything else).
+    public static func start(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int = 20, connectQuery: String? = nil) async throws -> PgBouncer {
+        try await runOnDedicatedThread { try startBlocking(in: cluster, mode: mode, poolSize: poolSize, connectQuery: connectQuery) }
+    }
+
+    private static func startBlocking(in cluster: EmbeddedPostgres, mode: PoolMode, poolSize: Int, connectQuery: String?) throws -> PgBouncer {
         let binary = try locate()
         let clusterPort = try cluster.port()
         let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("bbbouncer-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
