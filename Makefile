@@ -64,40 +64,39 @@ test-deps:
 build: deps
 	$(SWIFT) build
 
+# A compiler warning in our own code, or in the expansion of a macro our code uses (a
+# `#expect` or `@Test`: its file is `@__swiftmacro_…`). Dependencies' own warnings
+# (.build/checkouts) and SwiftPM's notes about their manifests are theirs to fix.
+own_warnings = grep -aE "^[^ ].*:[0-9]+:[0-9]+: warning:" $(1) | grep -av "/\.build/checkouts/"
+
 # Builds everything, tests included, and fails on any compiler warning in our own code.
 build-tests: deps
 	@mkdir -p .build
 	@set -o pipefail; $(SWIFT) build --build-tests 2>&1 | tee $(BUILD_LOG)
-	@if grep -E "(Sources|Tests)/.*: warning:" $(BUILD_LOG); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
+	@if $(call own_warnings,$(BUILD_LOG)); then echo "error: the build has warnings (see above); fix them" >&2; exit 1; fi
 
 # The reference service (Examples/BabyBasicsService, its own package: Hummingbird, jwt-kit,
 # AsyncHTTPClient): built without warnings in our code, then its tests over real HTTP.
 EXAMPLE := Examples/BabyBasicsService
 example-test: deps
 	@echo "== The reference service ($(EXAMPLE)): build, then its tests over real HTTP (the system's PostgreSQL)"
-	@mkdir -p .build
-	@set -o pipefail; $(SWIFT) build --package-path $(EXAMPLE) --build-tests 2>&1 | tee .build/example-build.log | grep -v '^\[' || { tail -40 .build/example-build.log; exit 1; }
-	@if grep -E "$(CURDIR)/(Sources|Tests|$(EXAMPLE)/Sources|$(EXAMPLE)/Tests)/.*: warning:" .build/example-build.log; then echo "error: the example's build has warnings (see above); fix them" >&2; exit 1; fi
-	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_LOG_LEVEL=error $(SWIFT) test --package-path $(EXAMPLE) --skip-build --disable-xctest
+	@scripts/progress.sh "building the reference service (Hummingbird, AsyncHTTPClient: minutes the first time)" .build/example-build.log \
+		$(SWIFT) build --package-path $(EXAMPLE) --build-tests || { tail -40 .build/example-build.log; exit 1; }
+	@if $(call own_warnings,.build/example-build.log) | grep -aE "$(CURDIR)/|@__swiftmacro_"; then echo "error: the example's build has warnings (see above); fix them" >&2; exit 1; fi
+	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_LOG_LEVEL=error SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="$${BB_TEST_PARALLELISM:-8}" \
+		$(SWIFT) test --package-path $(EXAMPLE) --skip-build --disable-xctest
 
-# The whole suite twice: on the system's PostgreSQL (Debian's 15) with the system's libpq, and on
-# PostgreSQL 18 with the wheel's libpq 18, whose PQsendPipelineSync lets the engine send the
-# requests of one loop batch in one write (the other path; see WriteCoalescingTests).
+# Every suite (scripts/test-all.sh says which): each runs even when one before it failed, and
+# the run ends with the list of failing tests. Tests run at most BB_TEST_PARALLELISM (8) at a
+# time. scripts/test-under-load.sh runs this with every core kept busy.
 test: test-deps build-tests docs pg18 compose-check
-	@$(MAKE) --no-print-directory test-suite SERVER_NAME="the system's PostgreSQL" BB_PG_BINDIR="$${BB_PG_BINDIR:-}"
-	@echo "== The store's suite again, through PgBouncer in transaction pooling mode (the system's PostgreSQL)"
-	BB_PG_BINDIR="$${BB_PG_BINDIR:-}" BB_TEST_STORE_THROUGH=pgbouncer BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest --filter BabyBasicsStoreTests
-	@bin=$$(scripts/pg18-bindir.sh) && \
-		LD_LIBRARY_PATH="$$bin/../lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
-		$(MAKE) --no-print-directory test-suite SERVER_NAME="PostgreSQL 18 (.venv-pg18), with its libpq 18" BB_PG_BINDIR="$$bin"
-	@$(MAKE) --no-print-directory example-test
-	@echo "Fuzzing every decoder and parser for $(FUZZ_SMOKE_SECONDS)s each (make fuzz runs longer):"
-	@Fuzz/run.sh $(FUZZ_SMOKE_SECONDS)
+	@SWIFT="$(SWIFT)" FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) scripts/test-all.sh
 
 # One run of the suite against the server in BB_PG_BINDIR (empty: the newest one installed).
 test-suite:
 	@echo "== Tests on $(SERVER_NAME): $$(BB_PG_BINDIR="$(BB_PG_BINDIR)" scripts/server-version.sh)"
-	BB_PG_BINDIR="$(BB_PG_BINDIR)" BB_TEST_LOG_LEVEL=error $(SWIFT) test --skip-build --disable-xctest
+	BB_PG_BINDIR="$(BB_PG_BINDIR)" BB_TEST_LOG_LEVEL=error SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="$${BB_TEST_PARALLELISM:-8}" \
+		$(SWIFT) test --skip-build --disable-xctest
 
 # docker-compose.yml checked without Docker: a YAML parser, the Compose schema and our role rules
 # (scripts/check-compose.py), with its tools in .venv-tools/ (ignored by git), installed when missing.

@@ -11,7 +11,7 @@ seconds="${1:-60}"
 targets=(FuzzDateTime FuzzNumeric FuzzArray FuzzScalars FuzzRangeComposite FuzzSQLScript FuzzEncoders)
 log=.build/fuzz-build.log
 mkdir -p .build
-build() { swift build -Xswiftc -sanitize=fuzzer,address >"$log" 2>&1; }
+build() { ../scripts/progress.sh "building the fuzz targets (address sanitizer)" "$log" swift build -Xswiftc -sanitize=fuzzer,address; }
 # Pins made before the main package gained a dependency leave its new modules unresolved
 # ("no such module"): resolve again once.
 if ! build && grep -q "no such module" "$log"; then
