@@ -87,3 +87,9 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Imports are internal unless a file says `public import`: a module's public API shows only
+// the modules its types really leak (as Hummingbird does).
+for target in package.targets where target.type != .system {
+    target.swiftSettings = (target.swiftSettings ?? []) + [.enableUpcomingFeature("InternalImportsByDefault")]
+}

@@ -1,4 +1,4 @@
-import Postgres
+public import Postgres
 
 /// The database schema version this build of the repository module was written for, and the
 /// start-up check that refuses to run against an older database.

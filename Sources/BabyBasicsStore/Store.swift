@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// The repositories a backend service uses, over one connection pool.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// The cluster's blocking operations (they run `initdb`, `pg_ctl` and `pg_basebackup` and wait
 /// for them, for seconds), for async code: each runs on a thread of its own, so Swift's

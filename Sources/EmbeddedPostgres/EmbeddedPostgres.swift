@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Finds PostgreSQL's server programs (`initdb`, `pg_ctl`, `postgres`).
 ///

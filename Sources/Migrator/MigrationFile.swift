@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+public import Foundation
 
 /// One migration file: `NNNN_name.sql`, its normalized text and checksum.
 ///

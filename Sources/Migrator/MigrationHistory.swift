@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// The history table, `bbmigrate.schema_migrations`, and its companions.
 ///

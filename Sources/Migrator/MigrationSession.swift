@@ -1,6 +1,6 @@
 import Foundation
-import Logging
-import Postgres
+public import Logging
+public import Postgres
 
 /// The one server session a bbmigrate run works on, and the migration lock it holds.
 ///

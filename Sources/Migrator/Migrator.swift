@@ -1,6 +1,6 @@
-import Foundation
-import Logging
-import Postgres
+public import Foundation
+public import Logging
+public import Postgres
 
 /// Applies, inspects and verifies the SQL migrations of one database.
 ///

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+public import Postgres
 
 /// The shape of a database's schema, read from `pg_catalog`.
 ///

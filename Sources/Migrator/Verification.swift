@@ -1,6 +1,6 @@
-import Foundation
+public import Foundation
 import Logging
-import Postgres
+public import Postgres
 
 /// The result of `bbmigrate verify`: the three checks and every problem found.
 ///

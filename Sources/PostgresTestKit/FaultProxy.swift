@@ -1,4 +1,4 @@
-import EmbeddedPostgres
+public import EmbeddedPostgres
 import Foundation
 import Synchronization
 #if canImport(Glibc)

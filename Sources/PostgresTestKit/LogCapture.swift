@@ -1,5 +1,5 @@
 import EmbeddedPostgres
-import Logging
+public import Logging
 import Synchronization
 
 /// Collects log records in memory, for tests that check what a library logs (and what it

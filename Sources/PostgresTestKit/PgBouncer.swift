@@ -1,5 +1,5 @@
-import EmbeddedPostgres
-import Foundation
+public import EmbeddedPostgres
+public import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif

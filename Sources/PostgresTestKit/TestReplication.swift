@@ -1,6 +1,7 @@
-import EmbeddedPostgres
+public import PostgresTestKit
+public import EmbeddedPostgres
 import Foundation
-import Postgres
+public import Postgres
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+public import Postgres
 import PropertyBased
 import Testing
 

@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// A caregiver's role for one child (PRD §7.3): the primary is the account owner, who alone
 /// may delete the child, remove caregivers and manage invites.

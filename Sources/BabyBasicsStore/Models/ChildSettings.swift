@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+public import Postgres
 
 /// Display unit for bottle amounts. Amounts are always stored in mL.
 ///

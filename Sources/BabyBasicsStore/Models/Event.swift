@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// A moment as it was recorded (PRD §8): the UTC instant, plus the IANA zone and UTC offset of

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Where a client is in the sync feed: opaque to the client, a short URL-safe token on the wire.
 ///

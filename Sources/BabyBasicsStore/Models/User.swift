@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// A person with an account: a parent, a grandparent, a nanny.

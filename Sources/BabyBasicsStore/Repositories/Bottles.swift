@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// Where a prepared bottle is in its life (PRD §4.2).

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// Who cares for a child.

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// Children, seen through the acting user's membership.

@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// A child's day: from `day_start_time` in the child's time zone to the next day's start
 /// (23 or 25 hours across a DST change), with every event overlapping it, newest first.

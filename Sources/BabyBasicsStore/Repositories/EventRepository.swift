@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// Events: what caregivers log twenty times a day.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// How far back an export goes (PRD §13).

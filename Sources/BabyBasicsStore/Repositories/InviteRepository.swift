@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// Invite codes: how a second caregiver joins a child (PRD §7.3).

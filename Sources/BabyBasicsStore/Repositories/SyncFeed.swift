@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 import Postgres
 
 /// One page of the sync feed: what changed in the family state of the user's children.

@@ -1,5 +1,5 @@
-import Foundation
-import Postgres
+public import Foundation
+public import Postgres
 
 /// Wake-window prediction (PRD §6): when the next nap is likely, from the child's age and, once
 /// there are at least 5 good samples, their own recent wake windows.

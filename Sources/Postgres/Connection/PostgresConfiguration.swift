@@ -1,7 +1,7 @@
-import Metrics
+public import Metrics
 import Foundation
-import Logging
-import Tracing
+public import Logging
+public import Tracing
 
 /// Where and how to connect. libpq itself parses every form, exactly as `psql` does.
 ///

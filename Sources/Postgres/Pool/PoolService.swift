@@ -1,4 +1,4 @@
-import ServiceLifecycle
+public import ServiceLifecycle
 
 /// The pool as a `Service` of swift-service-lifecycle: it runs until graceful shutdown, then
 /// stops lending, waits up to `PoolOptions.shutdownGracePeriod` for lent connections to come

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A type that can be an element of a one-dimensional PostgreSQL array.
 ///

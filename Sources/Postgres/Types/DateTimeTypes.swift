@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// Microseconds from PostgreSQL's epoch (2000-01-01 UTC) to Foundation's reference date
 /// (2001-01-01 UTC): 366 days.

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A `Codable` value stored in a `json` or `jsonb` column.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// An exact PostgreSQL `numeric`, kept as its decimal text so no digit is ever lost.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 /// A type that can bound a PostgreSQL range: `Date` (`tstzrange`), `PostgresDate`
 /// (`daterange`), `Int32` (`int4range`), `Int64` (`int8range`).
