@@ -22,7 +22,7 @@ help:
 	@echo "make clean  delete build products and the development database (also where .bbdata links to)"
 	@echo "make psql   open psql on the development database"
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
-	@echo "make docs   build the wrapper's DocC documentation into .build/docs/Postgres"
+	@echo "make docs   build the DocC documentation of the wrapper, the store and the migrator into .build/docs/"
 
 # What building and `make up` need: pkg-config, libpq-dev (headers + pkg-config file), the
 # PostgreSQL server programs the embedded cluster runs, and psql. `make test` also needs python3
@@ -130,8 +130,11 @@ docs: deps
 	if [ -z "$$DOCC_HTML_DIR" ] && [ -d "$$render" ] && [ ! -O "$$render" ]; then \
 		rm -rf .build/docc-render && cp -R "$$render" .build/docc-render && export DOCC_HTML_DIR="$$PWD/.build/docc-render"; \
 	fi; \
-	set -o pipefail; $(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
-		--target Postgres --warnings-as-errors --output-path .build/docs/Postgres 2>&1 | grep -v '^\[' 
+	set -o pipefail; for target in Postgres BabyBasicsStore Migrator; do \
+		echo "DocC: $$target"; \
+		$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+			--target $$target --warnings-as-errors --output-path .build/docs/$$target 2>&1 | grep -v '^\[' || exit 1; \
+	done
 
 # The libFuzzer targets in Fuzz/ (a separate package, built with the address sanitizer).
 fuzz: deps

@@ -32,7 +32,7 @@ public struct Store: Sendable {
     /// - `listenConfiguration`: where ``childChanges()`` connects; the pool's configuration
     ///   unless given. Behind PgBouncer in transaction mode, give a URL of PostgreSQL itself.
     /// - `retryPolicy`: how a call runs again after an error that guarantees nothing was
-    ///   applied (see ``RetryPolicy``); each retry is also logged at `info`.
+    ///   applied (see `RetryPolicy`); each retry is also logged at `info`.
     ///
     /// ```swift
     /// let store = Store(pool: PostgresPool(configuration: Store.configured(configuration)))

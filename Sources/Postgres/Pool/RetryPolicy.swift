@@ -7,9 +7,9 @@
 ///    the pool, a server restart) ran nowhere, so it is sent again on another connection at
 ///    once. Each try drops one dead connection, so there are at most as many as the pool holds
 ///    (`maximumConnections`). Nothing else is retried here: an error from a live server comes
-///    back as it is. See ``isStaleConnection(_:connectionBroken:)``.
+///    back as it is.
 /// 2. **The caller, for a unit of work** (one statement or one transaction), with
-///    ``run(_:)``: an error whose ``PostgresError/retry`` is `.safe` (a serialization failure,
+///    ``run(deadline:isolation:_:)``: an error whose ``PostgresError/retry`` is `.safe` (a serialization failure,
 ///    a deadlock, a lock or statement timeout on the server, a connection lost before anything
 ///    was applied) runs the whole unit again, up to ``attempts`` in all, after a short, growing,
 ///    jittered pause. `.outcomeUnknown` (a connection lost after a COMMIT was sent) is never
