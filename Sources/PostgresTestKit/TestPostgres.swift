@@ -1,4 +1,3 @@
-public import PostgresTestKit
 public import EmbeddedPostgres
 import Foundation
 public import Postgres

@@ -325,9 +325,10 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
             pollConnect()
             return
         }
-        guard libpq != nil, !machine.isBroken else { return }
+        // A blocking COPY's helper thread owns libpq meanwhile: the loop must not touch it.
+        guard libpq != nil, !machine.isBroken, !machine.isOffloaded else { return }
         if writable && machine.interest.write { flushNow(undelivered: nil) }
-        if readable || failed { readInput() }
+        if readable || failed { readInput(hungUp: failed) }
         settle()
     }
 
@@ -415,9 +416,11 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
 
     // MARK: Receiving
 
-    private func readInput() {
-        guard let libpq, !machine.isBroken else { return }
-        if machine.interest.read {
+    /// Reads what the socket holds (unless a full stream paused reading: then the server waits;
+    /// but a socket that hung up is read anyway, so its end is seen), then hands results over.
+    private func readInput(hungUp: Bool = false) {
+        guard let libpq, !machine.isBroken, !machine.isOffloaded else { return }
+        if machine.interest.read || hungUp {
             guard libpq.consumeInput() else {
                 return perform(machine.connectionLost(reason: lostMessage()))
             }
