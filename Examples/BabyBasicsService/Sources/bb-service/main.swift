@@ -42,7 +42,7 @@ struct Main {
             let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
                 .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             let cluster = try EmbeddedPostgres.development(at: repository.appendingPathComponent(".bbdata").path)
-            try cluster.start()
+            try await cluster.start()
             if try await !cluster.databaseExists("babybasics") { try await cluster.createDatabase("babybasics") }
             let url = try cluster.connectionString(database: "babybasics")
             try await Migrator(configuration: PostgresConfiguration(url), options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
