@@ -283,7 +283,8 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     mutating func healthChecked(_ connection: Connection, ok: Bool, waiter id: WaiterID, now: Instant) -> [Action] {
         guard lent.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
         let index = waiters.firstIndex { $0.id == id }
-        guard ok, !closed else {
+        // A connection that broke since its check answered is as good as one that failed it.
+        guard ok, !closed, !connection.isBroken else {
             if let index { waiters[index].checking = false }
             return returned(connection, condition: .broken, now: now, closeReason: .failedHealthCheck)
         }

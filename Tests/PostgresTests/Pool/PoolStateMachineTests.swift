@@ -121,6 +121,22 @@ import Testing
         #expect(h.connection(of: b) != nil && h.connection(of: c) != nil)
     }
 
+    /// Found by the property test: a backend ended between its health check's answer and the
+    /// lend. The answer said "fine", the connection says broken: it is replaced, not lent.
+    @Test func aConnectionThatBrokeAfterItsHealthCheckAnsweredIsNotLent() {
+        var h = PoolMachineHarness(.init(maximumConnections: 2, healthCheckAfterIdle: .seconds(30)))
+        let a = h.acquire()
+        h.finishOpening()
+        h.release(a)
+        h.advance(by: .seconds(31))
+        let b = h.acquire()
+        h.checks.first?.0.isBroken = true
+        h.finishCheck(ok: true)
+        #expect(h.answers[b] == nil && h.closed.count == 1 && h.openings.count == 1)
+        h.finishOpening()
+        #expect(h.connection(of: b)?.isBroken == false)
+    }
+
     @Test func aBrokenIdleConnectionIsDroppedNotLent() {
         var h = PoolMachineHarness(.init(maximumConnections: 2))
         let a = h.acquire()
