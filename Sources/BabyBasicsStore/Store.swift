@@ -33,19 +33,23 @@ public struct Store: Sendable {
     ///   unless given. Behind PgBouncer in transaction mode, give a URL of PostgreSQL itself.
     /// - `retryPolicy`: how a call runs again after an error that guarantees nothing was
     ///   applied (see `RetryPolicy`); each retry is also logged at `info`.
+    /// - `deadlines`: how long a read and a write may take in all, retries included (5 s
+    ///   each by default): past it the call throws (`PostgresError.Kind.timeout` or
+    ///   `.poolTimeout`), whatever the server does.
     ///
     /// ```swift
     /// let store = Store(pool: PostgresPool(configuration: Store.configured(configuration)))
     /// let scaled = Store(pool: primaryPool, replica: replicaPool)
     /// ```
     public init(pool: PostgresPool, replica: PostgresPool? = nil, replicaOptions: ReplicaOptions = ReplicaOptions(),
-                listenConfiguration: PostgresConfiguration? = nil, retryPolicy: RetryPolicy = RetryPolicy()) {
+                listenConfiguration: PostgresConfiguration? = nil, retryPolicy: RetryPolicy = RetryPolicy(),
+                deadlines: StoreDeadlines = StoreDeadlines()) {
         self.pool = pool
         self.replica = replica
         self.listenConfiguration = listenConfiguration ?? pool.configuration
         routing = Routing(
             primary: pool, router: replica.map { ReplicaRouter(primary: pool, replica: $0, options: replicaOptions) },
-            retry: retryPolicy.loggingRetries(to: pool.logger))
+            retry: retryPolicy.loggingRetries(to: pool.logger), deadlines: deadlines)
     }
 
     /// The WAL position of `user`'s last write through this store, while reads may still have
@@ -88,8 +92,9 @@ public struct Store: Sendable {
     /// ```swift
     /// let store = Store(configuration: PostgresConfiguration(databaseURL))
     /// ```
-    public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
-        self.init(pool: PostgresPool(configuration: Self.configured(configuration), options: options))
+    public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions(),
+                retryPolicy: RetryPolicy = RetryPolicy(), deadlines: StoreDeadlines = StoreDeadlines()) {
+        self.init(pool: PostgresPool(configuration: Self.configured(configuration), options: options), retryPolicy: retryPolicy, deadlines: deadlines)
     }
 
     /// Server settings the store's statements are written for, sent in each connection's
@@ -103,12 +108,29 @@ public struct Store: Sendable {
     ///   group, the timeline went from 0.25 ms at 10k events to 0.6 ms at 100k without it, and
     ///   stays at 0.25-0.28 ms with it.
     ///
+    /// - `statement_timeout = 10s`, `lock_timeout = 3s` and
+    ///   `idle_in_transaction_session_timeout = 30s`: the server's own bounds, a little longer
+    ///   than the store's deadlines (``StoreDeadlines``, 5 s), so the client normally gives up
+    ///   first and answers "busy", and the server stops what nobody waits for any more: a
+    ///   statement the client abandoned, a lock wait, a session left in a transaction (which would
+    ///   hold locks and hold back vacuum). A DBA sees them with `SHOW` in the session, or in
+    ///   `pg_settings` (source `client`). Set on the login role instead (`ALTER ROLE … SET`, see
+    ///   README "Settings an operator should set") they also bound sessions that do not use the
+    ///   store; behind a transaction pooler, where startup options are refused, that is the only
+    ///   way.
+    ///
     /// ```swift
-    /// configuration.serverSettings.merge(Store.serverSettings) { _, store in store }
+    /// configuration.serverSettings.merge(Store.serverSettings) { mine, _ in mine }
     /// ```
-    public static let serverSettings = ["plan_cache_mode": "force_generic_plan"]
+    public static let serverSettings = [
+        "plan_cache_mode": "force_generic_plan",
+        "statement_timeout": "10s",
+        "lock_timeout": "3s",
+        "idle_in_transaction_session_timeout": "30s",
+    ]
 
-    /// `configuration` with ``serverSettings`` added.
+    /// `configuration` with ``serverSettings`` added (a setting the configuration already has
+    /// keeps its value: an operator's choice wins over the store's default).
     ///
     /// ```swift
     /// let pool = PostgresPool(configuration: Store.configured(PostgresConfiguration(databaseURL)))
@@ -122,7 +144,7 @@ public struct Store: Sendable {
     public static func configured(_ configuration: PostgresConfiguration) -> PostgresConfiguration {
         guard configuration.pooler != .transaction else { return configuration }
         var configured = configuration
-        configured.serverSettings.merge(serverSettings) { _, store in store }
+        configured.serverSettings.merge(serverSettings) { caller, _ in caller } // what the caller set wins
         return configured
     }
 

@@ -250,7 +250,7 @@ import Testing
         let fixture = try await Fixture.make()
         defer { Task { await fixture.close() } }
         let (parent, child) = try await fixture.family()
-        let other = Store(pool: fixture.store.pool, replica: fixture.store.replica, replicaOptions: ReplicaOptions(maximumLag: Fixture.patientLag, healthCheckInterval: .milliseconds(50)))
+        let other = Store(pool: fixture.store.pool, replica: fixture.store.replica, replicaOptions: ReplicaOptions(maximumLag: Fixture.patientLag, healthCheckInterval: .milliseconds(50)), deadlines: .forTests)
         try await fixture.catchUp()
         _ = await other.replicaStatus(refresh: true)
         try await fixture.pauseReplay()
@@ -277,7 +277,7 @@ import Testing
         let invite = try await fixture.store.invites.create(for: child.id, as: parent.id)
         try await fixture.catchUp()
         try await fixture.pauseReplay()
-        let primaryOnly = Store(pool: fixture.store.pool)
+        let primaryOnly = Store(pool: fixture.store.pool, deadlines: .forTests)
         _ = try await primaryOnly.invites.redeem(invite.code, as: partner.id)
         let cursor = try await Self.syncToTheEnd(primaryOnly, as: partner.id)
         #expect(cursor.positions[child.id] != nil)
@@ -349,7 +349,7 @@ import Testing
         // Another instance of the service, on the primary, gave the device a cursor beyond
         // what the replica has (a change made after the pause).
         _ = try await fixture.diaperByHand(for: child, by: parent, at: Self.now.addingTimeInterval(-120))
-        let primaryOnly = Store(pool: fixture.store.pool)
+        let primaryOnly = Store(pool: fixture.store.pool, deadlines: .forTests)
         let cursor = try await Self.syncToTheEnd(primaryOnly, as: parent.id)
         // On this instance the parent wrote nothing since: the read may go to the replica,
         // which is behind the cursor. No resync, nothing lost, the cursor does not go back.

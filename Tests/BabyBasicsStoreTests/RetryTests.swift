@@ -13,7 +13,7 @@ import Testing
     static func store(_ fixture: StoreFixture, lockTimeout: String, retryPolicy: RetryPolicy = RetryPolicy()) -> Store {
         let configuration = PostgresConfiguration(
             fixture.database.connectionString + "&options=-crole%3Dbabybasics_app%20-clock_timeout%3D\(lockTimeout)")
-        return Store(pool: PostgresPool(configuration: configuration, options: PoolOptions(maximumConnections: 2)), retryPolicy: retryPolicy)
+        return Store(pool: PostgresPool(configuration: configuration, options: PoolOptions(maximumConnections: 2)), retryPolicy: retryPolicy, deadlines: .forTests)
     }
 
     /// The errors a retry policy ran again after.
@@ -85,7 +85,7 @@ import Testing
         let proxy = try FaultProxy.start(in: fixture.database.cluster)
         defer { proxy.stop() }
         let configuration = PostgresConfiguration(proxy.connectionString(database: fixture.database.name, options: "options=-crole%3Dbabybasics_app"))
-        let store = Store(pool: PostgresPool(configuration: configuration, options: PoolOptions(maximumConnections: 1)))
+        let store = Store(pool: PostgresPool(configuration: configuration, options: PoolOptions(maximumConnections: 1)), deadlines: .forTests)
         // Connected, and the statement prepared: what is lost below is its execution.
         _ = try await store.events.log(EventDraft(childID: child.id, payload: .diaper(.dirty), start: at("2026-11-20 05:30")), as: user.id)
 

@@ -20,7 +20,7 @@ import Testing
     /// startup packet's value); a plain pool keeps the server's default.
     @Test func theStoresOwnPoolRunsGenericPlansEvenAfterAReset() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
-        let store = Store(configuration: PostgresConfiguration(database.connectionString), options: PoolOptions(maximumConnections: 1))
+        let store = Store(configuration: PostgresConfiguration(database.connectionString), options: PoolOptions(maximumConnections: 1), deadlines: .forTests)
         #expect(try await store.pool.fetchValue(String.self, "SHOW plan_cache_mode") == "force_generic_plan")
         _ = try await store.pool.withConnection { connection in
             _ = try await connection.execute("SET plan_cache_mode = auto") // a borrower changes it; the pool resets the session
@@ -63,14 +63,14 @@ import Testing
         defer { bouncer.stop() }
         var pooled = PostgresConfiguration(bouncer.connectionString(database: fixture.database.name))
         pooled.pooler = .transaction
-        let store = Store(pool: fixture.store.pool, listenConfiguration: pooled)
+        let store = Store(pool: fixture.store.pool, listenConfiguration: pooled, deadlines: .forTests)
         var changes: [ChildChange] = []
         for await change in store.childChanges() { changes.append(change) }
         #expect(changes.count == 1)
         guard case .unavailable(let reason)? = changes.first else { Issue.record("\(changes)"); return }
         #expect(reason.contains("connection to PostgreSQL itself"))
 
-        let direct = Store(pool: fixture.store.pool, listenConfiguration: fixture.database.configuration)
+        let direct = Store(pool: fixture.store.pool, listenConfiguration: fixture.database.configuration, deadlines: .forTests)
         let (user, child) = try await fixture.family()
         let heard = HeardFlag()
         let listening = Task {

@@ -34,10 +34,10 @@ struct StoreFixture {
             pooled.connectionString = bouncer.connectionString(database: database.name)
             pooled.pooler = .transaction
             let pool = PostgresPool(configuration: Store.configured(pooled), options: PoolOptions(maximumConnections: 6))
-            return StoreFixture(store: Store(pool: pool, listenConfiguration: appRole), admin: try await database.connect(), database: database)
+            return StoreFixture(store: Store(pool: pool, listenConfiguration: appRole, deadlines: .forTests), admin: try await database.connect(), database: database)
         }
         let pool = PostgresPool(configuration: Store.configured(appRole), options: PoolOptions(maximumConnections: 6))
-        return StoreFixture(store: Store(pool: pool), admin: try await database.connect(), database: database)
+        return StoreFixture(store: Store(pool: pool, deadlines: .forTests), admin: try await database.connect(), database: database)
     }
 
     /// With `BB_TEST_STORE_THROUGH=pgbouncer` (a run of `make test`), one PgBouncer in
@@ -107,4 +107,10 @@ func expectAllNotFound(_ calls: [(String, @Sendable () async throws -> Void)], s
             Issue.record("\(name): \(error)", sourceLocation: sourceLocation)
         }
     }
+}
+
+extension StoreDeadlines {
+    /// Deadlines for tests that are not about deadlines: long, so a test on a loaded machine
+    /// never ends in a timeout it did not ask for (DeadlineTests sets short ones on purpose).
+    static let forTests = StoreDeadlines(read: .seconds(300), write: .seconds(300))
 }

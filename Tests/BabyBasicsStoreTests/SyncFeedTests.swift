@@ -596,7 +596,7 @@ private struct RolledBack: Error {}
         try await run(binaries.directory + "/psql", ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", dump.path, "-d", try cluster.connectionString(database: "restored")])
 
         let pool = PostgresPool(configuration: PostgresConfiguration(try cluster.connectionString(database: "restored")), options: PoolOptions(maximumConnections: 2))
-        let restored = Store(pool: pool)
+        let restored = Store(pool: pool, deadlines: .forTests)
         let unchanged = try await restored.events.changes(for: alice.id, after: replica.cursor)
         #expect(unchanged.notices.isEmpty && unchanged.events.isEmpty && unchanged.children.isEmpty)
         let new = try await restored.events.log(EventDraft(childID: child.id, payload: .diaper(.dirty), start: at("2026-11-20 09:00", "UTC")), as: alice.id)

@@ -139,31 +139,60 @@ extension RetryPolicy {
 
 /// Runs `body`, translating database errors into `StoreError` where they have a domain
 /// meaning, after `retryingSafeErrors` has run it again where that is safe.
-func mappingErrors<T>(_ routing: Routing, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+func mappingErrors<T>(
+    _ routing: Routing, retrying: Bool = true, reading: Bool = false, isolation: isolated (any Actor)? = #isolation,
+    _ body: () async throws -> T
+) async throws -> T {
     do {
-        return try await retryingSafeErrors(routing, retrying: retrying, body)
+        return try await retryingSafeErrors(routing, retrying: retrying, reading: reading, body)
     } catch let error as PostgresError {
         throw StoreError.map(error)
     }
 }
 
-/// Runs `body`, again after an error that guarantees nothing was applied.
+/// Runs `body` within the call's deadline, again after an error that guarantees nothing was
+/// applied.
 ///
 /// Each store call is one statement or one transaction, so an error whose `retry` is `.safe`
 /// (a serialization failure, a deadlock, a lock timeout, a connection lost before anything
-/// was applied) runs it again as the store's `RetryPolicy` says (three attempts by default), unless the task was
-/// cancelled. `.outcomeUnknown` is never retried: it becomes `StoreError.outcomeUnknown`.
-/// Other errors come back unchanged. `retrying: false` for calls whose body has effects
-/// outside the database (an export writing to its consumer).
+/// was applied) runs it again as the store's `RetryPolicy` says (three attempts by default),
+/// unless the task was cancelled or the call's deadline (`StoreDeadlines`: `reading` or not)
+/// would pass. Every database wait inside ends by that deadline (`PostgresDeadline`).
+/// `.outcomeUnknown` is never retried for a write: it becomes `StoreError.outcomeUnknown`. A
+/// read changed nothing, so a read whose connection was lost is safe to run again, and never
+/// reports an unknown outcome. Other errors come back unchanged. `retrying: false` for calls
+/// whose body has effects outside the database.
 /// Retries are logged at `info`, an unknown outcome at `warning`, through the pool's logger
 /// (kinds and SQLSTATEs only, never values).
-func retryingSafeErrors<T>(_ routing: Routing, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+func retryingSafeErrors<T>(
+    _ routing: Routing, retrying: Bool = true, reading: Bool = false, isolation: isolated (any Actor)? = #isolation,
+    _ body: () async throws -> T
+) async throws -> T {
+    let policy = retrying ? routing.retry : RetryPolicy(attempts: 1)
     do {
-        return try await (retrying ? routing.retry : RetryPolicy(attempts: 1)).run(body)
+        guard let limit = reading ? routing.deadlines.read : routing.deadlines.write else {
+            return try await attempts(policy, reading: reading, body)
+        }
+        return try await PostgresDeadline.within(limit) { try await attempts(policy, reading: reading, body) }
     } catch let error as PostgresError where error.retry == .outcomeUnknown {
         routing.primary.logger.warning("the connection was lost before the database confirmed a change; it may or may not be saved (StoreError.outcomeUnknown)", metadata: [
             "error.kind": "\(error.kind.rawValue)",
         ])
         throw StoreError.outcomeUnknown(reason: error.message)
+    }
+}
+
+/// `body` under `policy`; for a read, a lost connection is safe to run again (it applied nothing).
+private func attempts<T>(
+    _ policy: RetryPolicy, reading: Bool, isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T
+) async throws -> T {
+    try await policy.run {
+        guard reading else { return try await body() }
+        do {
+            return try await body()
+        } catch var error as PostgresError where error.retry == .outcomeUnknown {
+            error.lostConnectionOutcome = .safe
+            throw error
+        }
     }
 }

@@ -9,6 +9,8 @@ struct Routing: Sendable {
     let router: ReplicaRouter?
     /// How a call runs again after an error that guarantees nothing was applied.
     let retry: RetryPolicy
+    /// How long a read and a write may take in all (see `StoreDeadlines`).
+    let deadlines: StoreDeadlines
 
     /// A read by `user`: `body` gets the pool to read from. A replica that fails for a reason
     /// of its own (lost, unreachable) is skipped and the read runs again on the primary;
@@ -17,7 +19,7 @@ struct Routing: Sendable {
         as user: UUID, retrying: Bool = true, isolation: isolated (any Actor)? = #isolation,
         _ body: (PostgresPool) async throws -> T
     ) async throws -> T {
-        try await mappingErrors(self, retrying: retrying) {
+        try await mappingErrors(self, retrying: retrying, reading: true) {
             guard let router, await router.route(for: user) == .replica else { return try await body(primary) }
             do {
                 return try await body(router.replica)

@@ -23,13 +23,23 @@ extension EventRepository {
     /// The CSV header: PRD §13's columns, then the zone and UTC offset of each row's start.
     public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes,time_zone,utc_offset"
 
+    /// How many rows one page of an export reads.
+    static let exportPage = 500
+
     /// Streams a child's events as CSV (RFC 4180: CRLF line ends, quoted fields where needed),
     /// oldest first, with local date and time in each event's own zone. The rows are the
     /// database view `events_export` as it is (one definition for the app and for a DBA);
     /// a note or name that a spreadsheet would run as a formula (it begins with `=`, `+`,
-    /// `-`, `@`, a tab or a carriage return) gets a leading `'`, as OWASP advises. Rows come
-    /// from a server-side cursor in batches of 500, so an all-time export never holds every
-    /// row.
+    /// `-`, `@`, a tab or a carriage return) gets a leading `'`, as OWASP advises.
+    ///
+    /// The rows are read in pages of 500, each page a short read of its own (by the event's
+    /// start and id, after the last row of the page before), and `write` is called between
+    /// pages with no connection held: a consumer that reads slowly, or stops reading, holds no
+    /// database connection and no transaction, however long it takes. Each page is one read
+    /// under the store's read deadline and retry policy. The price: the file is not one
+    /// snapshot. An event logged while the export runs is in it if it starts after the rows
+    /// already written, and an edit made meanwhile shows in the rows not yet written; no event
+    /// is ever written twice or left out for being edited.
     ///
     /// ```swift
     /// try await store.events.exportCSV(for: child.id, range: .allTime, as: userID) { chunk in
@@ -40,27 +50,35 @@ extension EventRepository {
         for childID: UUID, range: ExportRange, now: Date = Date(), as actingUser: UUID,
         write: @escaping @Sendable (String) async throws -> Void
     ) async throws {
+        try await requireCaregiver(of: childID, actingUser)
+        try await write(Self.csvHeader + "\r\n")
         let since: SQL = range.interval.map { "AND x.start_time >= \(now)::timestamptz - \($0)" } ?? ""
-        let query: SQL = """
-            SELECT x.date, x.time, x.event_type, x.duration_minutes::text, x.amount_prepared_oz::text,
-                   x.amount_consumed_oz::text, x.diaper_contents, x.logged_by, x.notes, x.time_zone, x.utc_offset
-            FROM events_export x
-            WHERE x.child_id = \(childID) \(since)
-              AND \(Authorization.isCaregiver(of: "x.child_id", for: actingUser))
-            ORDER BY x.start_time, x.event_id
-            """
-        try await stream(query, cursor: "bb_export_csv", as: actingUser, ifMember: (childID, actingUser), start: { try await write(Self.csvHeader + "\r\n") }) { rows in
-            var chunk = ""
-            for row in rows {
-                chunk += try CSV.line(row) + "\r\n"
+        var after: PageKey?
+        while true {
+            let keyset: SQL = after.map { "AND (x.start_time, x.event_id) > (\($0.sql))" } ?? ""
+            let rows = try await routing.reading(as: actingUser) { pool in
+                try await pool.query("""
+                    SELECT x.date, x.time, x.event_type, x.duration_minutes::text, x.amount_prepared_oz::text,
+                           x.amount_consumed_oz::text, x.diaper_contents, x.logged_by, x.notes, x.time_zone, x.utc_offset,
+                           \(PageKey.select("x.start_time", "x.event_id"))
+                    FROM events_export x
+                    WHERE x.child_id = \(childID) \(since) \(keyset)
+                      AND \(Authorization.isCaregiver(of: "x.child_id", for: actingUser))
+                    ORDER BY x.start_time, x.event_id
+                    LIMIT \(Self.exportPage)
+                    """)
             }
-            try await write(chunk)
+            var chunk = ""
+            for row in rows { chunk += try CSV.line(row, columns: 11) + "\r\n" }
+            if !chunk.isEmpty { try await write(chunk) }
+            guard rows.count == Self.exportPage, let last = rows.last else { return }
+            after = try PageKey(last, at: 11)
         }
     }
 
     /// Streams everything the acting user may see as one JSON document (PRD §11, GDPR):
     /// their account, their children with caregivers, and every event with ids, zones, offsets,
-    /// amounts in mL and who logged it.
+    /// amounts in mL and who logged it. Read in pages, as `exportCSV` is.
     public func exportJSON(as actingUser: UUID, write: @escaping @Sendable (String) async throws -> Void) async throws {
         let encoder = ExportCoding.encoder
         let user = try await UserRepository(routing: routing).get(actingUser, as: actingUser)
@@ -72,72 +90,73 @@ extension EventRepository {
             head += #"{"child":"# + String(decoding: try encoder.encode(child), as: UTF8.self)
             head += #","caregivers":"# + String(decoding: try encoder.encode(caregivers), as: UTF8.self) + #","events":["#
             try await write(head)
-            let first = FirstFlag()
-            try await stream("""
-                SELECT \(Event.columns) FROM events e
-                WHERE e.child_id = \(child.id) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
-                ORDER BY e.start_time, e.id
-                """, cursor: "bb_export_json", as: actingUser) { rows in
+            var first = true
+            var after: PageKey?
+            while true {
+                let keyset: SQL = after.map { "AND (e.start_time, e.id) > (\($0.sql))" } ?? ""
+                let rows = try await routing.reading(as: actingUser) { pool in
+                    try await pool.query("""
+                        SELECT \(Event.columns), \(PageKey.select("e.start_time", "e.id"))
+                        FROM events e
+                        WHERE e.child_id = \(child.id) \(keyset) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                        ORDER BY e.start_time, e.id
+                        LIMIT \(Self.exportPage)
+                        """)
+                }
                 var chunk = ""
                 let start = rows.isEmpty ? 0 : try Event.Row.start(in: rows.columns)
                 for row in rows {
                     let event = ExportedEvent(try Event.Row(row, at: start).event())
-                    chunk += (first.take() ? "" : ",") + String(decoding: try encoder.encode(event), as: UTF8.self)
+                    chunk += (first ? "" : ",") + String(decoding: try encoder.encode(event), as: UTF8.self)
+                    first = false
                 }
-                try await write(chunk)
+                if !chunk.isEmpty { try await write(chunk) }
+                guard rows.count == Self.exportPage, let last = rows.last else { break }
+                after = try PageKey(last, at: last.columns.count - 2)
             }
             try await write("]}")
         }
         try await write("]}")
     }
 
-    /// Runs `query` through a server-side cursor in a read-only, repeatable-read transaction
-    /// and hands each batch of rows to `body`.
-    ///
-    /// With `ifMember`, the caregiver check runs first in the same transaction (so on the same
-    /// snapshot as the rows): a non-member gets `notFound`, and `start` runs only for a member.
-    func stream(
-        _ query: SQL, cursor name: String, as actingUser: UUID, ifMember member: (child: UUID, user: UUID)? = nil,
-        start: @escaping @Sendable () async throws -> Void = {},
-        _ body: @escaping @Sendable (PostgresRows) async throws -> Void
-    ) async throws {
-        // Not retried: rows already handed to `body` cannot be taken back.
-        try await routing.reading(as: actingUser, retrying: false) { pool in
-            try await pool.transaction(.init(isolation: .repeatableRead, readOnly: true)) { connection in
-                if let member {
-                    guard try await connection.query(Authorization.membership(of: member.child, for: member.user)).first != nil else {
-                        throw StoreError.notFound
-                    }
-                }
-                try await start()
-                try await connection.execute("DECLARE \(identifier: name) NO SCROLL CURSOR FOR \(query)")
-                while true {
-                    let rows = try await connection.query("FETCH FORWARD 500 FROM \(identifier: name)")
-                    if rows.isEmpty { break }
-                    try await body(rows)
-                }
-                try await connection.execute("CLOSE \(identifier: name)")
-            }
+    /// `notFound` unless the acting user is a caregiver of the child: a stranger gets 404
+    /// before the first byte of an export.
+    func requireCaregiver(of childID: UUID, _ actingUser: UUID) async throws {
+        let member = try await routing.reading(as: actingUser) { pool in
+            try await pool.query(Authorization.membership(of: childID, for: actingUser)).first != nil
         }
+        guard member else { throw StoreError.notFound }
     }
 }
 
-/// Whether something comes first (a reference, so `@Sendable` closures can flip it).
-private final class FirstFlag: @unchecked Sendable {
-    private var first = true
-    func take() -> Bool {
-        defer { first = false }
-        return first
+/// Where a page of an export ends: the last row's start (exact, in microseconds since 1970)
+/// and id; the next page reads what sorts after it.
+struct PageKey {
+    let microseconds: Int64
+    let id: UUID
+
+    /// The two columns a page query adds after its own, from its start and id expressions.
+    static func select(_ start: SQL, _ id: SQL) -> SQL {
+        "(extract(epoch FROM \(start)) * 1000000)::bigint AS page_at, \(id) AS page_id"
     }
+
+    init(_ row: PostgresRow, at column: Int) throws {
+        microseconds = try row.decode(Int64.self, at: column)
+        id = try row.decode(UUID.self, at: column + 1)
+    }
+
+    /// `(start, id)` to compare a row's `(start_time, id)` with, exactly.
+    var sql: SQL { "timestamptz 'epoch' + \(microseconds) * interval '1 microsecond', \(id)" }
 }
 
 enum CSV {
     /// The columns people type into: the ones a formula can hide in.
     static let freeText: Set<String> = ["logged_by", "notes"]
 
-    /// One row of `events_export` as written: NULL is an empty field, free text is defused.
-    static func line(_ row: PostgresRow) throws -> String {
-        try row.columns.indices.map { column in
+    /// The first `columns` of a row of `events_export` as written: NULL is an empty field,
+    /// free text is defused.
+    static func line(_ row: PostgresRow, columns: Int) throws -> String {
+        try row.columns.indices.prefix(columns).map { column in
             let value = try row.decode(String?.self, at: column) ?? ""
             return quote(freeText.contains(row.columns[column].name) ? defuse(value) : value)
         }.joined(separator: ",")

@@ -191,16 +191,17 @@ public actor PostgresConnection {
     static func nextRequestID() -> UInt64 { requestCounter.add(1, ordering: .relaxed).newValue }
 
     /// Sends one request and waits for its results. Cancelling the task interrupts it (see
-    /// `ConnectionCore.interrupt`); `timeout` (else the configuration's `queryTimeout`) is its
-    /// deadline. `ignoringCancellation`: for clean-up (ROLLBACK, reset) that must run even in a
-    /// cancelled task.
+    /// `ConnectionStateMachine.interrupt`); `timeout` (else the configuration's `queryTimeout`),
+    /// or what is left of the task's `PostgresDeadline` when that is shorter, is its deadline.
+    /// `ignoringCancellation`: for clean-up (ROLLBACK, reset) that must run even in a cancelled
+    /// task, or one past its deadline.
     func perform(_ kind: Request.Kind, text: String, timeout: Duration?, ignoringCancellation: Bool = false) async throws -> [ResultStorage] {
         let request = Request(id: Self.nextRequestID(), kind: kind, text: text)
-        let deadline = timeout ?? configuration.queryTimeout
         let core = self.core
         if ignoringCancellation {
-            return try await submitAndWait(request, deadline: deadline)
+            return try await submitAndWait(request, deadline: timeout ?? configuration.queryTimeout)
         }
+        let deadline = PostgresDeadline.bounding(timeout ?? configuration.queryTimeout)
         if Task.isCancelled {
             var error = PostgresError(kind: .queryCanceled, message: "the task was cancelled before the statement was sent", sqlState: "57014")
             error.lostConnectionOutcome = .safe

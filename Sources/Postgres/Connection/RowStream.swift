@@ -95,7 +95,7 @@ extension PostgresConnection {
             let state = RowStreamState()
             let request = Request(id: Self.nextRequestID(), kind: .stream(step, state), text: rendered.text)
             let handle = StreamHandle(cacheKey: rendered.cacheKey, requestID: request.id, state: state)
-            core.submit(request, deadline: configuration.queryTimeout)
+            core.submit(request, deadline: PostgresDeadline.bounding(configuration.queryTimeout))
             openStream = handle
             return PostgresRowSequence(connection: self, handle: handle, owner: IteratorOwner(handle: handle))
         }

@@ -268,7 +268,8 @@ public final class PostgresPool: Sendable {
             throw error
         }
         let start = ContinuousClock.now
-        let deadline = start + options.acquireTimeout
+        // The pool's own limit, or the caller's deadline (PostgresDeadline) when it ends first.
+        let deadline = min(start + options.acquireTimeout, PostgresDeadline.current ?? start + options.acquireTimeout)
         let affinity = EventLoopGroup.shared.currentIndex
         let (id, acquisition) = withState { state -> (UInt64, Machine.Acquisition) in
             state.nextID += 1
@@ -339,7 +340,7 @@ public final class PostgresPool: Sendable {
                 open(forWaiter: waiter, deadline: deadline, affinity: affinity)
             case .healthCheck(let connection, let waiter, let deadline):
                 Task {
-                    let ok = await connection.ping(deadline: deadline)
+                    let ok = await PostgresDeadline.none { await connection.ping(deadline: deadline) }
                     if !ok { observer.failedHealthCheck(connection) }
                     perform(withMachine { $0.healthChecked(connection, ok: ok, waiter: waiter, now: .now) })
                 }
@@ -347,7 +348,7 @@ public final class PostgresPool: Sendable {
                 // The caller went on at once; the connection stays lent until its reset is
                 // done (a statement still draining after a deadline may take a while).
                 Task {
-                    let ok = await connection.prepareForReuse(options.reset, hook: options.resetHook)
+                    let ok = await PostgresDeadline.none { await connection.prepareForReuse(options.reset, hook: options.resetHook) }
                     perform(withMachine { $0.resetFinished(connection, ok: ok, now: .now) })
                 }
             case .close(let connection, let reason):
@@ -399,8 +400,9 @@ public final class PostgresPool: Sendable {
         Task {
             let loop = affinity.map { EventLoopGroup.shared.loops[$0 % EventLoopGroup.shared.loops.count] } ?? EventLoopGroup.shared.next()
             do {
-                let connection = try await PostgresConnection.connect(
-                    configuration, deadline: deadline ?? .now + .seconds(configuration.effectiveConnectTimeout), on: loop)
+                let connection = try await PostgresDeadline.none {
+                    try await PostgresConnection.connect(configuration, deadline: deadline ?? .now + .seconds(configuration.effectiveConnectTimeout), on: loop)
+                }
                 perform(withMachine { $0.connectionOpened(connection, affinity: loop.index, forWaiter: waiter, now: .now) })
             } catch let error as PostgresError {
                 perform(withMachine { $0.connectionFailed(error, forWaiter: waiter, now: .now) })

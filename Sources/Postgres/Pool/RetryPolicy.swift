@@ -16,7 +16,8 @@
 ///    retried: it may have been applied. The store runs every call this way; a read the replica
 ///    could not serve moves to the primary inside the same attempt.
 ///
-/// No attempt starts after the caller's task was cancelled or past `deadline`.
+/// No attempt starts after the caller's task was cancelled, or when its pause would end past
+/// `deadline` (by default the task's ``PostgresDeadline``).
 ///
 /// ```swift
 /// let policy = RetryPolicy()
@@ -54,7 +55,7 @@ public struct RetryPolicy: Sendable {
     }
 
     /// Runs `body`, again after an error whose `retry` is `.safe`, up to `attempts` in all, and
-    /// never past `deadline`.
+    /// never past `deadline` (by default the task's ``PostgresDeadline``).
     public func run<T>(
         deadline: ContinuousClock.Instant? = nil, isolation: isolated (any Actor)? = #isolation,
         _ body: () async throws -> T
@@ -66,7 +67,7 @@ public struct RetryPolicy: Sendable {
             } catch let error as PostgresError where shouldRetry(error, attempt: attempt) {
                 attempt += 1
                 let pause = backoff(attempt)
-                if let deadline, ContinuousClock.now + pause >= deadline { throw error }
+                if let end = deadline ?? PostgresDeadline.current, ContinuousClock.now + pause >= end { throw error }
                 await beforeRetry?(attempt, error)
                 try await Task.sleep(for: pause)
             }
