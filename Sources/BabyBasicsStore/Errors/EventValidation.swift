@@ -9,7 +9,10 @@ extension Validate {
             guard end.utc >= start.utc else { throw StoreError.invalid(field: "end", reason: "must not be before the start") }
             guard end.utc.timeIntervalSince(start.utc) <= 86_400 else { throw StoreError.invalid(field: "end", reason: StoreError.maxDuration) }
         }
-        if let notes, notes.count > 5000 { throw StoreError.invalid(field: "notes", reason: "must be at most 5000 characters") }
+        if let notes {
+            try storable(notes, field: "notes")
+            if notes.count > 5000 { throw StoreError.invalid(field: "notes", reason: "must be at most 5000 characters") }
+        }
         switch payload {
         case .feeding(.bottle(let amount, let prepared, let remaining, _, _)):
             switch (amount, prepared) {
@@ -25,6 +28,7 @@ extension Validate {
                 throw StoreError.invalid(field: "amountMl", reason: "give either the amount fed or the amount prepared")
             }
         case .note(let category):
+            try storable(category, field: "category")
             guard !category.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
                 throw StoreError.invalid(field: "category", reason: "must not be blank")
             }

@@ -3,7 +3,13 @@ import Postgres
 
 /// Field-level checks that run before any SQL. The database constraints back every rule.
 enum Validate {
+    /// PostgreSQL's text cannot hold a NUL character: refused by name, before any SQL.
+    static func storable(_ value: String, field: String) throws {
+        guard !value.utf8.contains(0) else { throw StoreError.invalid(field: field, reason: "must not contain a NUL character (U+0000)") }
+    }
+
     static func displayName(_ value: String) throws -> String {
+        try storable(value, field: "displayName")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !trimmed.isEmpty else { throw StoreError.invalid(field: "displayName", reason: "must not be blank") }
         guard trimmed.count <= 100 else { throw StoreError.invalid(field: "displayName", reason: "must be at most 100 characters") }
@@ -11,6 +17,7 @@ enum Validate {
     }
 
     static func email(_ value: String) throws -> String {
+        try storable(value, field: "email")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         guard trimmed.wholeMatch(of: /[^@\s]+@[^@\s]+\.[^@\s]+/) != nil, trimmed.count <= 254 else {
             throw StoreError.invalid(field: "email", reason: "is not an email address")
@@ -19,6 +26,7 @@ enum Validate {
     }
 
     static func childName(_ value: String) throws -> String {
+        try storable(value, field: "name")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !trimmed.isEmpty else { throw StoreError.invalid(field: "name", reason: "must not be blank") }
         guard trimmed.count <= 100 else { throw StoreError.invalid(field: "name", reason: "must be at most 100 characters") }

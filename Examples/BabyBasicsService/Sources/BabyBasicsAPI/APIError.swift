@@ -2,6 +2,7 @@ import BabyBasicsStore
 import Foundation
 import Hummingbird
 import Logging
+import NIOCore
 import Postgres
 
 /// What the routes refuse before or besides the store. Every refusal reaches the client as
@@ -25,8 +26,10 @@ public enum APIError: Error, Sendable {
 /// | another family's child or event (`notFound`) | 404 |
 /// | needs the primary caregiver (`forbidden`) | 403 |
 /// | invalid input, naming the field | 422 |
+/// | a body larger than the route takes | 413 |
+/// | too many exports of one user at once | 429 with `Retry-After` |
 /// | a conflict (same id, other content; a stale revision; a running sleep) | 409, with the versions |
-/// | the database is busy or unreachable, or a write's outcome is unknown | 503 with `Retry-After` |
+/// | the database is busy, unreachable or did not answer within the deadline, or a write's outcome is unknown | 503 with `Retry-After` |
 struct ErrorResponses: RouterMiddleware {
     typealias Context = APIContext
 
@@ -50,6 +53,16 @@ struct ErrorResponses: RouterMiddleware {
             return body(.unprocessableContent, ["error": "invalid", "field": field, "message": "\(field) \(reason)"])
         case APIError.editConflict(let current, let yours):
             return JSONBody.response(.conflict, EditConflictBody(current: EventJSON(current), yours: yours))
+        case is NIOTooManyBytesError:
+            return body(.contentTooLarge, ["error": "too_large", "message": "the request body is larger than this route takes (1 MB for an event, 64 kB for a step)"])
+        case ExportLimiter.Refusal.tooManyForUser(let limit):
+            var response = body(.tooManyRequests, ["error": "too_many_exports", "message": "you are running \(limit) exports already; wait for one to finish"])
+            response.headers[.retryAfter] = "10"
+            return response
+        case ExportLimiter.Refusal.busy:
+            var response = body(.serviceUnavailable, ["error": "busy", "message": "too many exports are running, or the service is shutting down; try again shortly"])
+            response.headers[.retryAfter] = "10"
+            return response
         case let error as DecodingError:
             let (field, reason) = describe(error)
             return body(.unprocessableContent, ["error": "invalid", "field": field, "message": "\(field) \(reason)"])

@@ -6,21 +6,37 @@ import Postgres
 
 /// The routes of the dashboard spec (seed 000) and the quick-log writes, over a `Store`.
 ///
-/// Every route but `GET /health` needs `Authorization: Bearer <token>`; the acting user is
-/// the token's. Another family's child or event is 404, a primary-only call 403, invalid
-/// input 422 naming the field, a busy database 503 with `Retry-After` (see `ErrorResponses`).
+/// Every route but `GET /health` (liveness: the process answers) and `GET /health/ready`
+/// (readiness: the database answers within a second) needs `Authorization: Bearer <token>`;
+/// the acting user is the token's, and must exist. Another family's child or event is 404, a
+/// primary-only call 403, invalid input 422 naming the field, a body over its limit 413, a busy
+/// database (or one that did not answer within the store's deadline) 503 with `Retry-After`
+/// (see `ErrorResponses`).
 ///
 /// ```swift
 /// let router = BabyBasicsAPI.router(store: store, authority: authority)
 /// let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 8080)))
 /// ```
 public enum BabyBasicsAPI {
-    public static func router(store: Store, authority: TokenAuthority, now: @escaping @Sendable () -> Date = { Date() }) -> Router<APIContext> {
+    public static func router(
+        store: Store, authority: TokenAuthority, exports: ExportLimiter = ExportLimiter(), exportStall: Duration = .seconds(30),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) -> Router<APIContext> {
         let router = Router(context: APIContext.self)
         router.add(middleware: ErrorResponses())
         router.get("/health") { _, _ in "ok" }
-        let api = router.group().add(middleware: BearerAuthentication(authority: authority))
-        let routes = Routes(store: store, now: now)
+        router.get("/health/ready") { _, _ in
+            do {
+                _ = try await PostgresDeadline.within(.seconds(1)) { try await store.pool.fetchValue(Int.self, "SELECT 1") }
+                return JSONBody.response(.ok, ["status": "ready"])
+            } catch {
+                var response = JSONBody.response(.serviceUnavailable, ["status": "not_ready", "message": "the database did not answer within 1 s"])
+                response.headers[.retryAfter] = "1"
+                return response
+            }
+        }
+        let api = router.group().add(middleware: BearerAuthentication(authority: authority, users: KnownUsers(store: store)))
+        let routes = Routes(store: store, exports: exports, exportStall: exportStall, now: now)
 
         api.get("/children/:childId/dashboard") { _, context in
             let dashboard = try await store.events.dashboard(for: try routes.child(context), now: now(), as: try context.user())
@@ -106,7 +122,7 @@ public enum BabyBasicsAPI {
             let token = request.uri.queryParameters.get("cursor")
             let cursor = try token.map { try SyncCursor(validating: $0) } ?? .start
             let limit = try request.uri.queryParameters.get("limit").map { text -> Int in
-                guard let value = Int(text) else { throw APIError.invalid(field: "limit", reason: "must be a whole number") }
+                guard let value = Int(text), (1...1000).contains(value) else { throw APIError.invalid(field: "limit", reason: "must be a whole number from 1 to 1000") }
                 return value
             } ?? 500
             let page = try await store.events.changes(for: try context.user(), after: cursor, limit: limit)
@@ -142,6 +158,8 @@ struct InviteJSON: Encodable {
 /// The route bodies that take more than a line.
 struct Routes: Sendable {
     let store: Store
+    let exports: ExportLimiter
+    let exportStall: Duration
     let now: @Sendable () -> Date
 
     /// The `:childId` of the path; a malformed one is a child that does not exist (404).
@@ -187,8 +205,9 @@ struct Routes: Sendable {
             guard let zone = TimeZone(identifier: child.settings.timezone) else { throw APIError.invalid(field: "timezone", reason: "the child's time zone is unknown to this server") }
             day = Self.today(now: now(), zone: zone, dayStart: child.settings.dayStartTime)
         } else {
-            guard let parsed = PostgresDate(isoText: asked), parsed.isValid else {
-                throw APIError.invalid(field: "date", reason: "must be today or a date such as 2026-11-25")
+            guard let parsed = PostgresDate(isoText: asked), parsed.isValid,
+                  parsed >= PostgresDate(year: 1900, month: 1, day: 1), parsed <= PostgresDate(year: 9999, month: 12, day: 31) else {
+                throw APIError.invalid(field: "date", reason: "must be today or a date from 1900-01-01 to 9999-12-31, such as 2026-11-25")
             }
             day = parsed
         }
@@ -206,11 +225,12 @@ struct Routes: Sendable {
         return PostgresDate(day, in: zone)
     }
 
-    /// The CSV export, streamed as it is read (a server-side cursor, 500 rows a batch), at the
-    /// client's pace (`ChunkHandoff`). Membership is checked before the first byte, so a
-    /// stranger gets 404, not a broken stream. Exports read the primary or the replica like
-    /// other reads; a long one on a replica can be cancelled by replay conflicts
-    /// (`max_standby_streaming_delay`), which the client sees as a cut-off file.
+    /// The CSV export, streamed as it is read (pages of 500 rows, each a short read of its
+    /// own), at the client's pace (`ChunkHandoff`): no database connection or transaction is
+    /// held while the client is slow. A client that takes nothing for `exportStall` is cut off;
+    /// a user runs at most two at once and the service at most `ExportLimiter.total` (429 and
+    /// 503 with `Retry-After` beyond). Membership is checked before the first byte, so a
+    /// stranger gets 404, not a broken stream.
     func export(_ request: Request, _ context: APIContext) async throws -> Response {
         let user = try context.user()
         let childID = try child(context)
@@ -223,8 +243,10 @@ struct Routes: Sendable {
         default: throw APIError.invalid(field: "range", reason: "must be 24h, 7d, 30d or all")
         }
         _ = try await store.children.get(childID, as: user)
-        let handoff = ChunkHandoff()
+        let handoff = ChunkHandoff(stall: exportStall)
+        let ticket = try await exports.begin(user, handoff)
         let store = self.store
+        let exports = self.exports
         let now = self.now()
         let logger = context.logger
         Task {
@@ -237,9 +259,10 @@ struct Routes: Sendable {
                 await handoff.finish(CancellationError())
             } catch {
                 // After the 200 and the first rows: the client sees a cut-off file, the log why.
-                logger.error("CSV export failed mid-stream", metadata: ["error.type": "\(type(of: error))"])
+                logger.warning("CSV export ended early", metadata: ["reason": "\(error)"])
                 await handoff.finish(error)
             }
+            await exports.end(ticket)
         }
         return Response(
             status: .ok,

@@ -24,26 +24,40 @@ struct ServiceFixture {
     let store: Store
     let admin: PostgresConnection
     let authority: TokenAuthority
+    let service: BabyBasicsService
+    let database: TestDatabase
     let server: Task<Void, any Error>
+    static let secret = "a test secret that is long enough for HS256!"
 
-    static func make(pool: PoolOptions = PoolOptions(maximumConnections: 6)) async throws -> ServiceFixture {
+    /// Deadlines for tests that are not about deadlines: long, so a loaded machine never turns
+    /// a request into a 503 it did not ask for.
+    static let patient = StoreDeadlines(read: .seconds(300), write: .seconds(300))
+
+    /// `connect` picks the store's URL (default: the database itself, as `babybasics_app`).
+    static func make(
+        pool: PoolOptions = PoolOptions(maximumConnections: 6), deadlines: StoreDeadlines = patient,
+        authority: TokenAuthority? = nil, exportStall: Duration = .seconds(30), shutdownLimit: Duration = .seconds(15),
+        connect: ((TestDatabase) throws -> String)? = nil
+    ) async throws -> ServiceFixture {
         let database = try await TestPostgres.shared.makeDatabase(template: "service_template") { connection in
             let name = try #require(try await connection.fetchValue(String.self, "SELECT current_database()"))
             let cluster = try await TestPostgres.shared.cluster()
             try await Migrator(configuration: PostgresConfiguration(try cluster.connectionString(database: name)), options: .init(directory: migrationsFolder)).up()
         }
-        let store = Store(configuration: PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app"), options: pool)
+        let url = try connect?(database) ?? database.connectionString
+        let store = Store(configuration: PostgresConfiguration(url + (url.contains("?") ? "&" : "?") + "options=-crole%3Dbabybasics_app"), options: pool, deadlines: deadlines)
         try await store.checkSchema()
-        let authority = try await TokenAuthority(secret: "a test secret that is long enough for HS256!")
+        let authority = if let authority { authority } else { try await TokenAuthority(secret: secret) }
         var logger = Logger(label: "service-tests")
         logger.logLevel = .critical
-        let service = BabyBasicsService(store: store, authority: authority, port: 0, logger: logger)
+        let service = BabyBasicsService(store: store, authority: authority, port: 0, exportStall: exportStall, shutdownLimit: shutdownLimit, logger: logger)
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = service.application { port in continuation.yield(port) }
         let server = Task { try await application.runService(gracefulShutdownSignals: []) }
         var iterator = ports.makeAsyncIterator()
         let port = try #require(await iterator.next())
-        return ServiceFixture(base: "http://127.0.0.1:\(port)", port: port, store: store, admin: try await database.connect(), authority: authority, server: server)
+        return ServiceFixture(base: "http://127.0.0.1:\(port)", port: port, store: store, admin: try await database.connect(), authority: authority,
+                              service: service, database: database, server: server)
     }
 
     func close() async {
