@@ -26,6 +26,10 @@ import Testing
         let appURL = database.connectionString.replacingOccurrences(of: "postgresql://postgres@", with: "postgresql://babybasics_api:babybasics-api-dev-only@")
         let app = try await PostgresConnection.connect(appURL)
         #expect(try await app.fetchValue(Bool.self, "SELECT pg_has_role('babybasics_app', 'MEMBER')") == true)
+        // The app's login carries the server's bounds, where a DBA sees them (\drds).
+        #expect(try await app.fetchValue(String.self, "SHOW statement_timeout") == "10s")
+        #expect(try await app.fetchValue(String.self, "SHOW lock_timeout") == "3s")
+        #expect(try await app.fetchValue(String.self, "SHOW idle_in_transaction_session_timeout") == "30s")
         #expect(try await app.fetchValue(Bool.self, "SELECT has_table_privilege('events', 'INSERT')") == true)
         for refused in ["CREATE TABLE scratch (id int)", "DELETE FROM events"] {
             do {

@@ -29,3 +29,12 @@ END
 $$;
 
 GRANT babybasics_app TO babybasics_api;
+
+-- The application's bounds, on its login role where a DBA sees them (\drds): no request of the
+-- app needs more than a few seconds, a lock wait should fail fast rather than queue, and a
+-- session left in a transaction must not hold locks or hold back vacuum. The store sends the
+-- same values in its startup packet (Store.serverSettings); these also bound anything else that
+-- logs in as the app, and are what counts behind a transaction pooler.
+ALTER ROLE babybasics_api SET statement_timeout = '10s';
+ALTER ROLE babybasics_api SET lock_timeout = '3s';
+ALTER ROLE babybasics_api SET idle_in_transaction_session_timeout = '30s';
