@@ -22,7 +22,7 @@ public struct Store: Sendable {
     let routing: Routing
 
     /// A store over an existing pool. Give that pool a configuration passed through
-    /// ``Store/configured(_:)`` (``init(configuration:options:)`` does it for you).
+    /// ``Store/configured(_:)`` (``init(configuration:options:retryPolicy:deadlines:)`` does it for you).
     ///
     /// - `replica`: a pool on a streaming replica of the primary. The calls that only read
     ///   (timeline, range, dashboard, quick stats, export, the sync feed, lists) go to it when
