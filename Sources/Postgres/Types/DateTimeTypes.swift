@@ -152,38 +152,26 @@ public struct PostgresDate: Hashable, Comparable, Sendable, Codable, CustomStrin
             && PostgresDate(daysSince2000: daysSince2000) == self
     }
 
-    /// The calendar date in `timeZone` at the instant `date`.
+    /// The calendar date (proleptic Gregorian, as PostgreSQL's) in `timeZone` at the instant
+    /// `date`.
     public init(_ date: Date, in timeZone: TimeZone) {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = timeZone
-        let parts = calendar.dateComponents([.year, .month, .day], from: date)
-        self.init(year: parts.year ?? 1970, month: parts.month ?? 1, day: parts.day ?? 1)
+        let micros = ProlepticGregorian.microseconds(of: date) ?? 0
+        let local = micros / 1_000_000 + Int64(timeZone.secondsFromGMT(for: date))
+        let (year, month, day) = ProlepticGregorian.civil(days: local >= 0 ? local / 86_400 : (local - 86_399) / 86_400)
+        self.init(year: Int(clamping: year), month: Int(month), day: Int(day))
     }
 
     /// Days since 2000-01-01 (PostgreSQL's binary form), proleptic Gregorian calendar. Exact
     /// for every date `isValid` accepts; for absurd years it wraps rather than trapping.
     public var daysSince2000: Int {
-        // Howard Hinnant's days_from_civil, with wrapping arithmetic.
-        let y = month <= 2 ? year &- 1 : year
-        let era = (y >= 0 ? y : y &- 399) / 400
-        let yoe = y &- era &* 400
-        let mp = (month.clamped(to: -1_000...1_000) &+ 9) % 12
-        let doy = (153 &* mp &+ 2) / 5 &+ day.clamped(to: -1_000...1_000) &- 1
-        let doe = yoe &* 365 &+ yoe / 4 &- yoe / 100 &+ doy
-        return era &* 146_097 &+ doe &- 719_468 &- 10_957
+        Int(truncatingIfNeeded: ProlepticGregorian.days(year: Int64(year), month: Int64(month.clamped(to: -1_000...1_000)),
+                                                       day: Int64(day.clamped(to: -1_000...1_000))) &- 10_957)
     }
 
     /// The date `days` days after 2000-01-01 (wrapping, never trapping, far outside any calendar).
     public init(daysSince2000 days: Int) {
-        let z = days &+ 10_957 &+ 719_468
-        let era = (z >= 0 ? z : z &- 146_096) / 146_097
-        let doe = z &- era &* 146_097
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
-        let mp = (5 * doy + 2) / 153
-        let d = doy - (153 * mp + 2) / 5 + 1
-        let m = mp < 10 ? mp + 3 : mp - 9
-        self.init(year: yoe &+ era &* 400 &+ (m <= 2 ? 1 : 0), month: m, day: d)
+        let (year, month, day) = ProlepticGregorian.civil(days: Int64(days) &+ 10_957)
+        self.init(year: Int(truncatingIfNeeded: year), month: Int(month), day: Int(day))
     }
 
     /// The next (or previous, for negative `days`) calendar day.

@@ -92,35 +92,93 @@ enum JSONCoding {
 /// let same = ISOTimestamp.parse(text)               // == date
 /// ```
 public enum ISOTimestamp {
-    /// `2026-11-23T03:04:05.123456Z`; the fraction is left out when it is zero unless
-    /// `alwaysFraction` is set.
+    /// `2026-11-23T03:04:05.123456Z`, in the proleptic Gregorian calendar PostgreSQL uses
+    /// (`0001-01-01T00:00:00Z` is year 1 as PostgreSQL stores it); the fraction is left out
+    /// when it is zero unless `alwaysFraction` is set. Years outside 0001–9999 are written with
+    /// a sign and at least four digits (`-0044-03-15T…`, `+10000-01-01T…`), as ISO 8601's
+    /// expanded form.
     public static func format(_ date: Date, alwaysFraction: Bool = false) -> String {
-        let totalMicros = (date.timeIntervalSinceReferenceDate * 1_000_000).rounded()
-        guard totalMicros.isFinite, abs(totalMicros) < 9e18 else { return date.ISO8601Format() }
-        let micros = Int64(totalMicros)
-        let seconds = micros >= 0 ? micros / 1_000_000 : (micros - 999_999) / 1_000_000
-        let fraction = micros - seconds * 1_000_000
-        let whole = Date(timeIntervalSinceReferenceDate: TimeInterval(seconds)).ISO8601Format()  // ...Z
-        guard fraction != 0 || alwaysFraction else { return whole }
-        return String(whole.dropLast()) + "." + pad(Int(fraction), 6) + "Z"
+        guard let micros = ProlepticGregorian.microseconds(of: date) else { return "invalid date" }
+        return format(microseconds: micros, alwaysFraction: alwaysFraction)
     }
 
-    /// Accepts `…Z` or `…+02:00`, with or without a fraction of up to 9 digits (rounded to
-    /// the microsecond); nil for anything else.
+    /// `format` for an instant given in microseconds since 1970-01-01 00:00 UTC.
+    public static func format(microseconds micros: Int64, alwaysFraction: Bool = false) -> String {
+        let perDay: Int64 = 86_400_000_000
+        // Floor division without an intermediate that could overflow at the ends of Int64.
+        let remainder = micros % perDay
+        let days = micros / perDay - (remainder < 0 ? 1 : 0)
+        let within = remainder < 0 ? remainder + perDay : remainder
+        let (year, month, day) = ProlepticGregorian.civil(days: days)
+        let seconds = within / 1_000_000
+        let fraction = within % 1_000_000
+        var text = (1...9999).contains(year) ? pad(Int(year), 4) : (year < 0 ? "-" : "+") + pad(Int(abs(year)), 4)
+        text += "-" + pad(Int(month), 2) + "-" + pad(Int(day), 2)
+        text += "T" + pad(Int(seconds / 3600), 2) + ":" + pad(Int(seconds / 60 % 60), 2) + ":" + pad(Int(seconds % 60), 2)
+        if fraction != 0 || alwaysFraction { text += "." + pad(Int(fraction), 6) }
+        return text + "Z"
+    }
+
+    /// Reads `YYYY-MM-DDTHH:MM:SS[.fraction][Z|±HH:MM]` (a `t` or a space for the `T`, `z` for
+    /// `Z`; a fraction of up to 9 digits, rounded to the microsecond) in the proleptic Gregorian
+    /// calendar, exactly; nil for anything else, a day that does not exist (`2026-02-30`) or an
+    /// hour past 23 included.
     public static func parse(_ text: String) -> Date? {
-        var body = Substring(text)
-        var fractionMicros: Int64 = 0
-        if let dot = body.firstIndex(of: ".") {
-            var end = body.index(after: dot)
-            while end < body.endIndex, body[end].isASCII, body[end].isNumber { end = body.index(after: end) }
-            let digits = body[body.index(after: dot)..<end]
-            guard !digits.isEmpty, digits.count <= 9, let value = Int64(digits) else { return nil }
-            fractionMicros = Int64((Double(value) * pow(10, Double(6 - digits.count))).rounded())
-            body = body[..<dot] + body[end...]
+        parseMicroseconds(text).map(ProlepticGregorian.date(microseconds:))
+    }
+
+    /// `parse`, as microseconds since 1970-01-01 00:00 UTC.
+    public static func parseMicroseconds(_ text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        var index = 0
+        func digits(_ count: Int) -> Int64? {
+            guard index + count <= bytes.count else { return nil }
+            var value: Int64 = 0
+            for byte in bytes[index..<index + count] {
+                guard (48...57).contains(byte) else { return nil }
+                value = value * 10 + Int64(byte - 48)
+            }
+            index += count
+            return value
         }
-        guard let whole = try? Date(String(body), strategy: .iso8601) else { return nil }
-        let seconds = whole.timeIntervalSinceReferenceDate.rounded()
-        guard abs(seconds) < 9e12 else { return nil }
-        return Date(timeIntervalSinceReferenceDate: Double(Int64(seconds) * 1_000_000 + fractionMicros) / 1_000_000)
+        func expect(_ characters: String) -> Bool {
+            guard index < bytes.count, characters.utf8.contains(bytes[index]) else { return false }
+            index += 1
+            return true
+        }
+        guard let year = digits(4), expect("-"), let month = digits(2), expect("-"), let day = digits(2),
+              expect("Tt "), let hour = digits(2), expect(":"), let minute = digits(2), expect(":"), let second = digits(2),
+              (1...12).contains(month), (1...ProlepticGregorian.daysIn(month: month, year: year)).contains(day),
+              hour < 24, minute < 60, second < 60 else { return nil }
+        var fraction: Int64 = 0
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            let start = index
+            var value: Int64 = 0
+            while index < bytes.count, (48...57).contains(bytes[index]), index - start < 9 {
+                value = value * 10 + Int64(bytes[index] - 48)
+                index += 1
+            }
+            let count = index - start
+            guard count > 0, index == bytes.count || !(48...57).contains(bytes[index]) else { return nil }
+            // To microseconds, rounding half up on the digits past the sixth.
+            var scale: Int64 = 1
+            for _ in 0..<abs(count - 6) { scale *= 10 }
+            fraction = count <= 6 ? value * scale : (value + scale / 2) / scale
+        }
+        var offsetSeconds: Int64 = 0
+        if expect("Zz") {
+        } else if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+            let sign: Int64 = bytes[index] == UInt8(ascii: "-") ? -1 : 1
+            index += 1
+            guard let hours = digits(2), expect(":"), let minutes = digits(2), hours < 24, minutes < 60 else { return nil }
+            offsetSeconds = sign * (hours * 3600 + minutes * 60)
+        } else {
+            return nil
+        }
+        guard index == bytes.count else { return nil }
+        let days = ProlepticGregorian.days(year: year, month: month, day: day)
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetSeconds
+        return seconds * 1_000_000 + fraction
     }
 }
