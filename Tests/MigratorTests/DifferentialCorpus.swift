@@ -1,4 +1,5 @@
 import Foundation
+import PostgresTestKit
 
 /// Migration files for the differential test: each is applied by `psql -X -1 -v ON_ERROR_STOP=1
 /// -f` and by `bbmigrate up`, and the two databases must end up identical (or both refuse it).
@@ -177,18 +178,5 @@ enum DifferentialCorpus {
             parts.append(comment + statement)
         }
         return CorpusCase(name: "generated \(index)", sql: parts.joined(separator: "\n") + (generator.next() % 3 == 0 ? "" : "\n"), outcome: fails ? .fails : .applies)
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so the corpus is the same on every run.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

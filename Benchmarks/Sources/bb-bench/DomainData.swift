@@ -2,6 +2,7 @@ import EmbeddedPostgres
 import Foundation
 import Migrator
 import Postgres
+import PostgresTestKit
 
 /// Realistic data: N children × D days of 15-20 events a day (a night's sleep across
 /// midnight, naps, breast and bottle feedings, diapers, notes), loaded by binary COPY.
@@ -120,16 +121,9 @@ struct Generated {
 }
 
 /// A small deterministic random generator, so every run loads the same shape of data.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+typealias SplitMix = SeededGenerator
+
+extension SeededGenerator {
     mutating func double(in range: ClosedRange<Double>) -> Double {
         range.lowerBound + (range.upperBound - range.lowerBound) * Double(next() >> 11) / Double(1 << 53)
     }
