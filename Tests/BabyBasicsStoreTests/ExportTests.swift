@@ -2,6 +2,7 @@ import BabyBasicsStore
 import EmbeddedPostgres
 import Foundation
 import Postgres
+import PostgresTestKit
 import Testing
 
 @Suite struct ExportTests {
@@ -16,20 +17,21 @@ import Testing
         try await fixture.log(child, user, .note(category: "Medication"), at("2026-11-20 15:00", "Europe/London"), notes: "Vitamin D")
         let buffer = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
-        let rows = try await parseCSV(buffer.text)
+        let rows = try await PythonCSV.parse(buffer.text)
         #expect(rows.first == ["date", "time", "event_type", "duration_minutes", "amount_prepared_oz", "amount_consumed_oz", "diaper_contents", "logged_by", "notes",
-                               "time_zone", "utc_offset"])
-        #expect(rows.dropFirst().map { Array($0) } == [
-            ["2026-11-20", "08:15", "feeding", "", "4", "3.5", "", "Parent", "", "America/New_York", "-05:00"],
-            ["2026-11-20", "09:30", "sleep", "45", "", "", "", "Parent", "Fussy before sleep", "America/New_York", "-05:00"],
+                               "time_zone", "utc_offset", "start_utc"])
+        #expect(rows.dropFirst().map(\.[11]) == ["2026-11-20T13:15:00.000000Z", "2026-11-20T14:30:00.000000Z", "2026-11-20T15:00:00.000000Z", "2026-11-20T19:00:00.000000Z"])
+        #expect(rows.dropFirst().map { Array($0.prefix(11)) } == [
+            ["2026-11-20", "08:15", "feeding", "", "4", "3.5", "", "Parent", "", "America/New_York", "UTC-05:00"],
+            ["2026-11-20", "09:30", "sleep", "45", "", "", "", "Parent", "Fussy before sleep", "America/New_York", "UTC-05:00"],
             // In its own zone: 15:00 in London (10:00 in New York, where the child lives); the
             // zone columns say why it sorts before 14:00.
-            ["2026-11-20", "15:00", "note", "", "", "", "", "Parent", "Medication: Vitamin D", "Europe/London", "+00:00"],
-            ["2026-11-20", "14:00", "diaper", "", "", "", "both", "Parent", tricky, "America/New_York", "-05:00"],
+            ["2026-11-20", "15:00", "note", "", "", "", "", "Parent", "Medication: Vitamin D", "Europe/London", "UTC+00:00"],
+            ["2026-11-20", "14:00", "diaper", "", "", "", "both", "Parent", tricky, "America/New_York", "UTC-05:00"],
         ])
         let lastDay = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .last24Hours, now: at("2026-11-21 12:00").utc, as: user.id) { lastDay.append($0) }
-        #expect(try await parseCSV(lastDay.text).count == 2)
+        #expect(try await PythonCSV.parse(lastDay.text).count == 2)
     }
 
     /// OWASP "CSV injection": a note or display name that a spreadsheet would run as a formula
@@ -44,10 +46,10 @@ import Testing
         }
         let buffer = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
-        let rows = Array(try await parseCSV(buffer.text).dropFirst())
+        let rows = Array(try await PythonCSV.parse(buffer.text).dropFirst())
         #expect(rows.map { $0[8] } == ["'=1+1", "'+1 bottle", "'-2 oz", "'@SUM(A1:A9)", "'\tcmd", "'\rcmd", "a=b", "Fine, really", "\u{FF1D}1+1"])
         #expect(rows.allSatisfy { $0[7] == "'=HYPERLINK(\"http://x\")" })
-        #expect(rows.allSatisfy { $0[9] == "Asia/Kathmandu" && $0[10] == "+05:45" }, "the offset is not a formula: it stays as it is")
+        #expect(rows.allSatisfy { $0[9] == "Asia/Kathmandu" && $0[10] == "UTC+05:45" }, "the offset is written so that it is not a formula")
     }
 
     /// One definition: the CSV a parent downloads is the view a DBA queries, row for row.
@@ -62,24 +64,24 @@ import Testing
         try await fixture.log(child, user, .note(category: "Health"), at("2026-03-08 13:00"))
         let buffer = TextBuffer()
         try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { buffer.append($0) }
-        let csv = Array(try await parseCSV(buffer.text).dropFirst())
+        let csv = Array(try await PythonCSV.parse(buffer.text).dropFirst())
 
         let dba = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_readonly"))
         let view = try await dba.query("""
             SELECT date, time, event_type, duration_minutes::text, amount_prepared_oz::text, amount_consumed_oz::text,
-                   diaper_contents, logged_by, notes, time_zone, utc_offset
+                   diaper_contents, logged_by, notes, time_zone, utc_offset, start_utc
             FROM events_export WHERE child_id = \(child.id) ORDER BY start_time, event_id
-            """).map { row in try (0..<11).map { try row.decode(String?.self, at: $0) ?? "" } }
+            """).map { row in try (0..<12).map { try row.decode(String?.self, at: $0) ?? "" } }
         await dba.close()
         #expect(csv == view)
-        #expect(csv == [
+        #expect(csv.map { Array($0.prefix(11)) } == [
             // Across the spring-forward gap: 01:40 EST to 03:05 EDT is 25 minutes, not 85.
-            ["2026-03-08", "01:40", "feeding", "25", "", "", "", "Parent", "", "America/New_York", "-05:00"],
-            ["2026-03-08", "07:00", "feeding", "", "3", "3", "", "Parent", "", "America/New_York", "-04:00"],
+            ["2026-03-08", "01:40", "feeding", "25", "", "", "", "Parent", "", "America/New_York", "UTC-05:00"],
+            ["2026-03-08", "07:00", "feeding", "", "3", "3", "", "Parent", "", "America/New_York", "UTC-04:00"],
             // 150 mL is 5.07 oz, 120 mL drunk is 4.06 oz: to the nearest half ounce.
-            ["2026-03-08", "09:00", "feeding", "", "5", "4", "", "Parent", "", "America/New_York", "-04:00"],
-            ["2026-03-08", "12:00", "sleep", "59", "", "", "", "Parent", "", "America/New_York", "-04:00"],
-            ["2026-03-08", "13:00", "note", "", "", "", "", "Parent", "Health", "America/New_York", "-04:00"],
+            ["2026-03-08", "09:00", "feeding", "", "5", "4", "", "Parent", "", "America/New_York", "UTC-04:00"],
+            ["2026-03-08", "12:00", "sleep", "59", "", "", "", "Parent", "", "America/New_York", "UTC-04:00"],
+            ["2026-03-08", "13:00", "note", "", "", "", "", "Parent", "Health", "America/New_York", "UTC-04:00"],
         ])
     }
 
@@ -95,7 +97,7 @@ import Testing
         try await fixture.store.events.exportCSV(for: child.id, range: .allTime, as: user.id) { chunks.add($0) }
         #expect(chunks.lines == 5001)
         // Header, then one chunk per 500-row batch: never everything at once.
-        #expect(chunks.count == 11 && chunks.largest <= 500 * 80)
+        #expect(chunks.count == 11 && chunks.largest <= 500 * 120)
     }
 
     @Test func theJSONExportRoundTrips() async throws {
@@ -144,17 +146,4 @@ final class ChunkCounter: @unchecked Sendable {
             largest = max(largest, chunk.utf8.count)
         }
     }
-}
-
-/// Parses CSV with Python's csv module (a real, independent RFC 4180 parser).
-func parseCSV(_ text: String) async throws -> [[String]] {
-    let file = FileManager.default.temporaryDirectory.appendingPathComponent("bb-export-\(UUID().uuidString).csv")
-    try Data(text.utf8).write(to: file)
-    defer { try? FileManager.default.removeItem(at: file) }
-    let python = ProcessInfo.processInfo.environment["PATH", default: "/usr/bin"].split(separator: ":")
-        .map { "\($0)/python3" }.first { FileManager.default.isExecutableFile(atPath: $0) } ?? "/usr/bin/python3"
-    let script = "import csv, json, sys; print(json.dumps(list(csv.reader(open(sys.argv[1], newline='', encoding='utf-8')))))"
-    let result = try await ChildProcess.spawn([python, "-c", script, file.path]).result()
-    guard result.status == 0 else { throw StoreError.stateConflict(reason: "python csv failed: \(result.stderr)") }
-    return try JSONDecoder().decode([[String]].self, from: Data(result.stdout.utf8))
 }

@@ -126,6 +126,39 @@ import Testing
         try await connection.logEvent(family, type: "sleep", start: "2026-11-17 10:00:00+00", end: "2026-11-17 10:00:00+00")
     }
 
+    /// Migration 0025: a start in 1900 or later, notes of at most 5000 Unicode scalars and a
+    /// note's category of at most 100, each counted by char_length ("e" and 60,000 combining
+    /// accents is 60,001), for every writer, not only the app.
+    @Test func startsFrom1900AndTextsWithinTheirScalarLimits() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let family = try await connection.makeFamily()
+        let wet = #"{"contents":"wet"}"#
+        await expectRefusal("23514", constraint: "events_start_from_1900") {
+            try await connection.logEvent(family, type: "diaper", data: wet, start: "1899-12-31 23:59:59.999999+00", zone: "UTC")
+        }
+        await expectRefusal("23514", constraint: "events_start_from_1900") {
+            try await connection.logEvent(family, type: "diaper", data: wet, start: "0001-01-01 00:00:00+00", zone: "UTC")
+        }
+        let event = try await connection.logEvent(family, type: "diaper", data: wet, start: "1900-01-01 00:00:00+00", zone: "UTC")
+
+        for notes in ["e" + String(repeating: "\u{0301}", count: 60_000), String(repeating: "é", count: 5001)] {
+            await expectRefusal("23514", constraint: "events_notes_length") {
+                try await connection.execute("UPDATE events SET notes = \(notes), updated_by = logged_by WHERE id = \(event)")
+            }
+        }
+        try await connection.execute("UPDATE events SET notes = \(String(repeating: "👶", count: 5000)), updated_by = logged_by WHERE id = \(event)")
+
+        func category(_ text: String) -> String { #"{"category":"\#(text)"}"# }
+        await expectRefusal("23514", constraint: "events_note_category_length") {
+            try await connection.logEvent(family, type: "note", data: category(String(repeating: "c", count: 101)))
+        }
+        await expectRefusal("23514", constraint: "events_note_category_length") {
+            try await connection.logEvent(family, type: "note", data: category("e" + String(repeating: "\u{0301}", count: 100)))
+        }
+        try await connection.logEvent(family, type: "note", data: category(String(repeating: "ç", count: 100)))
+        #expect(try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM events") == 2)
+    }
+
     @Test func aDBAInsertNamingOnlyTheContractColumnsWorks() async throws {
         let (connection, _) = try await migratedDatabase()
         let family = try await connection.makeFamily()

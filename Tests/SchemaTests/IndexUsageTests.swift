@@ -73,5 +73,28 @@ import Testing
         let event = try #require(try await connection.fetchValue(UUID.self, "SELECT id FROM events WHERE child_id = \(child) LIMIT 1"))
         let byID = try await plan(connection, "SELECT * FROM events WHERE id = \(event)")
         #expect(byID.contains("Index Scan using events_pkey"), "\(byID)")
+
+        // PRD 8 "sync queries": what changed recently for this child.
+        let recent = try await plan(connection, "SELECT id, updated_at FROM events WHERE child_id = \(child) ORDER BY updated_at DESC LIMIT 20")
+        #expect(recent.contains("idx_events_updated"), "\(recent)")
+    }
+
+    /// PRD §8 "Required Indexes", all four, exactly as the spec defines them (baby_id is our
+    /// child_id, baby_caregiver our caregivers): the schema keeps every one.
+    @Test func theSpecsFourIndexesAreThere() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let definitions = try await connection.query("""
+            SELECT indexname, indexdef FROM pg_indexes
+            WHERE schemaname = 'public' AND indexname IN ('idx_events_child_time', 'idx_events_child_active', 'idx_events_updated', 'idx_caregivers_user_child')
+            ORDER BY indexname
+            """).map { try ($0.decode(String.self, at: 0), $0.decode(String.self, at: 1)) }
+        let byName = Dictionary(uniqueKeysWithValues: definitions)
+        #expect(byName["idx_events_child_time"] == "CREATE INDEX idx_events_child_time ON public.events USING btree (child_id, start_time DESC)")
+        #expect(byName["idx_events_child_active"] == "CREATE INDEX idx_events_child_active ON public.events USING btree (child_id, event_type, end_time) WHERE ((end_time IS NULL) AND (deleted_at IS NULL))")
+        #expect(byName["idx_events_updated"] == "CREATE INDEX idx_events_updated ON public.events USING btree (child_id, updated_at DESC)")
+        #expect(byName["idx_caregivers_user_child"] == "CREATE INDEX idx_caregivers_user_child ON public.caregivers USING btree (user_id, child_id)")
+        #expect(try await connection.fetchValue(Bool.self, """
+            SELECT bool_and(indisvalid) FROM pg_index WHERE indexrelid::regclass::text IN ('idx_events_child_time', 'idx_events_child_active', 'idx_events_updated', 'idx_caregivers_user_child')
+            """) == true)
     }
 }

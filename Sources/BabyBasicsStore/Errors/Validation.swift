@@ -12,14 +12,14 @@ enum Validate {
         try storable(value, field: "displayName")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !trimmed.isEmpty else { throw StoreError.invalid(field: "displayName", reason: "must not be blank") }
-        guard trimmed.count <= 100 else { throw StoreError.invalid(field: "displayName", reason: "must be at most 100 characters") }
+        guard trimmed.unicodeScalars.count <= 100 else { throw StoreError.invalid(field: "displayName", reason: "must be at most 100 characters (Unicode scalars)") }
         return trimmed
     }
 
     static func email(_ value: String) throws -> String {
         try storable(value, field: "email")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard trimmed.wholeMatch(of: /[^@\s]+@[^@\s]+\.[^@\s]+/) != nil, trimmed.count <= 254 else {
+        guard trimmed.wholeMatch(of: /[^@\s]+@[^@\s]+\.[^@\s]+/) != nil, trimmed.utf8.count <= 254 else {
             throw StoreError.invalid(field: "email", reason: "is not an email address")
         }
         return trimmed
@@ -29,7 +29,7 @@ enum Validate {
         try storable(value, field: "name")
         let trimmed = value.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !trimmed.isEmpty else { throw StoreError.invalid(field: "name", reason: "must not be blank") }
-        guard trimmed.count <= 100 else { throw StoreError.invalid(field: "name", reason: "must be at most 100 characters") }
+        guard trimmed.unicodeScalars.count <= 100 else { throw StoreError.invalid(field: "name", reason: "must be at most 100 characters (Unicode scalars)") }
         return trimmed
     }
 

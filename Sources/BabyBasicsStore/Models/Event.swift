@@ -20,21 +20,30 @@ public struct EventTimestamp: Codable, Sendable, Equatable, Hashable {
         self.offsetSeconds = offsetSeconds
     }
 
-    /// `date` in `zone`, with the zone's offset at that instant.
+    /// `date` in `zone`, with the zone's offset at that instant. The zone's name is Foundation's
+    /// (`TimeZone(identifier: "UTC")` calls itself `GMT`): to keep the name a client sent, use
+    /// ``init(_:zoneNamed:)``.
     public init(_ date: Date, in zone: TimeZone) {
         self.init(utc: date, timeZone: zone.identifier, offsetSeconds: zone.secondsFromGMT(for: date))
     }
 
-    /// Local wall-clock time, `yyyy-MM-dd HH:mm`, from the stored offset.
-    public var localDescription: String {
-        let local = utc.addingTimeInterval(TimeInterval(offsetSeconds))
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = .gmt
-        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: local)
-        return "\(parts.year ?? 0)-\(pad(parts.month ?? 0))-\(pad(parts.day ?? 0)) \(pad(parts.hour ?? 0)):\(pad(parts.minute ?? 0))"
+    /// `date` in the IANA zone `name`, kept exactly as given (`UTC` stays `UTC`), with that
+    /// zone's offset at that instant; nil when `name` is empty or no zone.
+    ///
+    /// ```swift
+    /// let start = EventTimestamp(Date(), zoneNamed: "America/New_York")
+    /// ```
+    public init?(_ date: Date, zoneNamed name: String) {
+        guard !name.isEmpty, !name.utf8.contains(0), let zone = TimeZone(identifier: name) else { return nil }
+        self.init(utc: date, timeZone: name, offsetSeconds: zone.secondsFromGMT(for: date))
     }
 
-    private func pad(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
+    /// Local wall-clock time, `yyyy-MM-dd HH:mm`, from the stored offset (proleptic
+    /// Gregorian, as PostgreSQL's).
+    public var localDescription: String {
+        let micros = (ProlepticGregorian.microseconds(of: utc) ?? 0) + Int64(offsetSeconds) * 1_000_000
+        return String(ISOTimestamp.format(microseconds: micros).prefix(16)).replacingOccurrences(of: "T", with: " ")
+    }
 }
 
 /// An event's kind, as stored in `events.event_type`.
@@ -285,13 +294,11 @@ struct EventData: Codable, Sendable, Equatable {
         }
     }
 
-    static func iso8601(_ date: Date) -> String {
-        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-    }
+    /// `feeding_started_at` as stored in `data`: ISO 8601 to the microsecond, like every other
+    /// instant of the store (the same text PostgreSQL's `to_char` and the CSV read).
+    static func iso8601(_ date: Date) -> String { ISOTimestamp.format(date, alwaysFraction: true) }
 
-    static func parseISO8601(_ text: String) -> Date? {
-        (try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)) ?? (try? Date.ISO8601FormatStyle().parse(text))
-    }
+    static func parseISO8601(_ text: String) -> Date? { ISOTimestamp.parse(text) }
 }
 
 /// A new event, as the client sends it. `id` is the client's UUID, so a retry is idempotent.
@@ -337,6 +344,12 @@ public struct EventChanges: Sendable {
         self.start = start
         self.end = end
         self.notes = notes
+    }
+
+    /// Whether applying these changes to `event` would leave it as it is.
+    func changesNothing(in event: Event) -> Bool {
+        (payload.map { $0 == event.payload } ?? true) && (start.map { $0 == event.start } ?? true)
+            && (end.map { $0 == event.end } ?? true) && (notes.map { $0 == event.notes } ?? true)
     }
 }
 

@@ -81,9 +81,9 @@ public struct EventRepository: Sendable {
     /// ```
     public static func recordStatement(_ draft: EventDraft, as actingUser: UUID) -> SQL {
         let data = EventData(draft.payload)
-        // An id is unique per child (events_pkey (id, child_id), migration 0022). An id this
-        // user already gave another of their children is not taken again (the NOT EXISTS), so
-        // "event by id" finds one row: `existing` answers with that event, as a conflict.
+        // An id is unique per child, and only that (events_pkey (id, child_id), migrations
+        // 0022 and 0025): the key decides, so parallel requests cannot get around it. The same
+        // id for another child is another event.
         return """
             WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser))),
             inserted AS (
@@ -93,24 +93,20 @@ public struct EventRepository: Sendable {
                        \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
                        \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: data), \(draft.notes)
                 FROM me
-                WHERE NOT EXISTS (
-                    SELECT FROM events o
-                    WHERE o.id = \(draft.id) AND o.child_id <> \(draft.childID)
-                      AND \(Authorization.isCaregiver(of: "o.child_id", for: actingUser)))
                 ON CONFLICT (child_id, id) DO NOTHING
                 RETURNING \(Event.columns), true AS same, true AS created
             ),
             existing AS (
                 SELECT \(Event.columns),
-                       (e.child_id = \(draft.childID) AND e.event_type = \(draft.payload.type)
+                       (e.event_type = \(draft.payload.type)
                         AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
                         AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
                         AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
                         AND e.data = \(json: data) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
                        false AS created
                 FROM events e
-                WHERE e.id = \(draft.id) AND NOT EXISTS (SELECT FROM inserted)
-                  AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                WHERE e.id = \(draft.id) AND e.child_id = \(draft.childID) AND NOT EXISTS (SELECT FROM inserted)
+                  AND EXISTS (SELECT FROM me)
             )
             SELECT (SELECT role FROM me) AS my_role, r.* FROM (SELECT 1) AS one
             LEFT JOIN (SELECT * FROM inserted UNION ALL SELECT * FROM existing) AS r ON true
@@ -333,8 +329,17 @@ public struct EventRepository: Sendable {
     /// Changes an event if nobody changed it since `expectedRevision`; otherwise
     /// `conflict(current:)` with the version in the database (PRD §7.4), so the caller can
     /// show both. Times can be adjusted; the type cannot change.
+    ///
+    /// Changes that change nothing (none given, or each the same as stored) are no edit: the
+    /// event comes back as it is, its revision unchanged (still `conflict(current:)` if the
+    /// caller's revision is stale).
     public func update(_ eventID: UUID, with changes: EventChanges, expectedRevision: Int, as actingUser: UUID) async throws -> Event {
         let current = try await stored(eventID, as: actingUser)
+        if changes.changesNothing(in: current) {
+            if current.isDeleted { throw StoreError.stateConflict(reason: "the event was deleted; restore it first") }
+            try Self.ensure(current, isAt: expectedRevision)
+            return current
+        }
         let payload = changes.payload ?? current.payload
         guard payload.type == current.type else {
             throw StoreError.invalid(field: "payload", reason: "cannot change a \(current.type.rawValue) into a \(payload.type.rawValue); delete it and log a new one")

@@ -20,8 +20,9 @@ public enum ExportRange: String, Sendable, CaseIterable {
 }
 
 extension EventRepository {
-    /// The CSV header: PRD §13's columns, then the zone and UTC offset of each row's start.
-    public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes,time_zone,utc_offset"
+    /// The CSV header: PRD §13's columns, then the zone and UTC offset of each row's start and
+    /// the start itself, exact (ISO 8601 in UTC to the microsecond).
+    public static let csvHeader = "date,time,event_type,duration_minutes,amount_prepared_oz,amount_consumed_oz,diaper_contents,logged_by,notes,time_zone,utc_offset,start_utc"
 
     /// How many rows one page of an export reads.
     static let exportPage = 500
@@ -59,7 +60,7 @@ extension EventRepository {
             let rows = try await routing.reading(as: actingUser) { pool in
                 try await pool.query("""
                     SELECT x.date, x.time, x.event_type, x.duration_minutes::text, x.amount_prepared_oz::text,
-                           x.amount_consumed_oz::text, x.diaper_contents, x.logged_by, x.notes, x.time_zone, x.utc_offset,
+                           x.amount_consumed_oz::text, x.diaper_contents, x.logged_by, x.notes, x.time_zone, x.utc_offset, x.start_utc,
                            \(PageKey.select("x.start_time", "x.event_id"))
                     FROM events_export x
                     WHERE x.child_id = \(childID) \(since) \(keyset)
@@ -69,10 +70,10 @@ extension EventRepository {
                     """)
             }
             var chunk = ""
-            for row in rows { chunk += try CSV.line(row, columns: 11) + "\r\n" }
+            for row in rows { chunk += try CSV.line(row, columns: 12) + "\r\n" }
             if !chunk.isEmpty { try await write(chunk) }
             guard rows.count == Self.exportPage, let last = rows.last else { return }
-            after = try PageKey(last, at: 11)
+            after = try PageKey(last, at: 12)
         }
     }
 
@@ -145,35 +146,50 @@ struct PageKey {
         id = try row.decode(UUID.self, at: column + 1)
     }
 
-    /// `(start, id)` to compare a row's `(start_time, id)` with, exactly.
-    var sql: SQL { "timestamptz 'epoch' + \(microseconds) * interval '1 microsecond', \(id)" }
+    /// `(start, id)` to compare a row's `(start_time, id)` with, exactly: whole days and the
+    /// microseconds left, each product exact (PostgreSQL multiplies an interval in float8,
+    /// which cannot hold every microsecond since 1970 as one number).
+    var sql: SQL {
+        let days = microseconds >= 0 ? microseconds / 86_400_000_000 : (microseconds - 86_399_999_999) / 86_400_000_000
+        let rest = microseconds - days * 86_400_000_000
+        return "(timestamp 'epoch' + \(days) * interval '1 day' + \(rest) * interval '1 microsecond') AT TIME ZONE 'UTC', \(id)"
+    }
 }
 
 enum CSV {
-    /// The columns people type into: the ones a formula can hide in.
-    static let freeText: Set<String> = ["logged_by", "notes"]
-
     /// The first `columns` of a row of `events_export` as written: NULL is an empty field,
-    /// free text is defused.
+    /// and no field begins with what a spreadsheet would run as a formula.
     static func line(_ row: PostgresRow, columns: Int) throws -> String {
         try row.columns.indices.prefix(columns).map { column in
-            let value = try row.decode(String?.self, at: column) ?? ""
-            return quote(freeText.contains(row.columns[column].name) ? defuse(value) : value)
+            quote(defuse(try row.decode(String?.self, at: column) ?? ""))
         }.joined(separator: ",")
     }
 
     /// OWASP "CSV injection": a field a spreadsheet would run as a formula (it begins with
     /// `=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading `'`, so it shows as
-    /// text.
+    /// text. Every column goes through it; only free text (notes, names) ever needs it, the
+    /// view writes offsets as `UTC-05:00`.
     static func defuse(_ field: String) -> String {
         guard let first = field.unicodeScalars.first, ["=", "+", "-", "@", "\t", "\r"].contains(first) else { return field }
         return "'" + field
     }
 
-    /// RFC 4180: quote a field holding a comma, a quote, CR or LF; double its quotes.
+    /// RFC 4180: quote a field holding a comma, a quote, a CR or an LF (each looked for as a
+    /// Unicode scalar: in Swift "\r\n" is one Character, equal to neither); double its quotes.
     static func quote(_ field: String) -> String {
-        guard field.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return field }
-        return "\"" + field.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        guard field.utf8.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") }) else {
+            return field
+        }
+        // Scalar by scalar: a string search would treat `"` plus a combining accent as one
+        // character and leave that quote single.
+        var quoted = String.UnicodeScalarView()
+        quoted.append("\"")
+        for scalar in field.unicodeScalars {
+            if scalar == "\"" { quoted.append("\"") }
+            quoted.append(scalar)
+        }
+        quoted.append("\"")
+        return String(quoted)
     }
 }
 
@@ -243,10 +259,20 @@ public enum JSONScalar: Codable, Sendable, Equatable {
         let container = try decoder.singleValueContainer()
         if let value = try? container.decode(Bool.self) {
             self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
         } else {
-            self = .string(try container.decode(String.self))
+            do {
+                self = .number(try container.decode(Double.self))
+            } catch DecodingError.valueNotFound(let type, let context) {
+                throw DecodingError.valueNotFound(type, context)
+            } catch DecodingError.typeMismatch {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "must be a string, a number, true or false"))
+            } catch {
+                // A number the reader cannot hold (1e400): say so, not "expected a String".
+                throw DecodingError.dataCorrupted(.init(
+                    codingPath: decoder.codingPath, debugDescription: "is a number out of range: give a finite number such as 120.5"))
+            }
         }
     }
 
