@@ -2,14 +2,40 @@ import BabyBasicsStore
 import Foundation
 import Postgres
 
-/// A moment as a client sends it: the instant and the device's IANA time zone (the offset is
-/// the zone's at that instant).
+/// A moment as a client sends it: the instant and the device's IANA time zone, kept as sent
+/// (`UTC` stays `UTC`; the offset is the zone's at that instant).
 struct Moment {
     static func timestamp(_ date: Date, zone: String, field: String = "time_zone") throws -> EventTimestamp {
-        guard let timeZone = TimeZone(identifier: zone) else {
-            throw APIError.invalid(field: field, reason: "is not an IANA time zone such as America/New_York")
+        guard let timestamp = EventTimestamp(date, zoneNamed: zone) else {
+            throw APIError.invalid(field: field, reason: "\"\(zone)\" is not an IANA time zone such as America/New_York or UTC")
         }
-        return EventTimestamp(date, in: timeZone)
+        return timestamp
+    }
+}
+
+/// The API's names for the store's fields, per kind of body: a 422 names what the client sent.
+enum FieldNames {
+    /// `POST /events` and `PATCH /events/:id`.
+    static let event: [String: String] = [
+        "start": "start_time", "start.timeZone": "time_zone", "start.offsetSeconds": "start_time",
+        "end": "end_time", "end.timeZone": "time_zone", "end.offsetSeconds": "end_time",
+        "amountMl": "data.amount_ml", "preparedMl": "data.prepared_ml", "remainingMl": "data.remaining_ml",
+        "category": "data.category", "payload": "data", "offsetSeconds": "start_time",
+    ]
+    /// The sleep and bottle steps.
+    static let step: [String: String] = [
+        "start": "at", "start.timeZone": "time_zone", "start.offsetSeconds": "at",
+        "end": "at", "end.timeZone": "time_zone", "end.offsetSeconds": "at",
+        "amountMl": "prepared_ml", "preparedMl": "prepared_ml", "remainingMl": "remaining_ml", "offsetSeconds": "at",
+    ]
+
+    /// Runs `body`, naming a refused field as the client sent it.
+    static func translating<T>(_ names: [String: String], isolation: isolated (any Actor)? = #isolation, _ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch StoreError.invalid(let field, let reason) {
+            throw APIError.invalid(field: names[field] ?? field, reason: reason)
+        }
     }
 }
 
@@ -60,11 +86,18 @@ public struct EventPatch: Codable, Sendable {
         case expectedRevision = "expected_revision", startTime = "start_time", endTime = "end_time", timeZone = "time_zone"
     }
 
+    /// The changes to `event`. A `time_zone` alone moves the event's times to that zone (the
+    /// same instants, another wall clock); an unknown zone is refused, never ignored.
     func changes(of event: Event) throws -> EventChanges {
         var changes = EventChanges()
         let zone = timeZone ?? event.start.timeZone
-        if let startTime { changes.start = try Moment.timestamp(startTime, zone: zone) }
-        if let endTime { changes.end = .some(try Moment.timestamp(endTime, zone: zone)) }
+        if let timeZone { _ = try Moment.timestamp(event.start.utc, zone: timeZone) }
+        if let startTime { changes.start = try Moment.timestamp(startTime, zone: zone) } else if timeZone != nil {
+            changes.start = try Moment.timestamp(event.start.utc, zone: zone)
+        }
+        if let endTime { changes.end = .some(try Moment.timestamp(endTime, zone: zone)) } else if timeZone != nil, let end = event.end {
+            changes.end = .some(try Moment.timestamp(end.utc, zone: zone))
+        }
         if let data { changes.payload = try Payload.make(event.type, data) }
         if let notes { changes.notes = .some(notes) }
         return changes

@@ -46,7 +46,9 @@ public enum BabyBasicsAPI {
 
         api.post("/children/:childId/events") { request, context in
             let body = try await JSONBody.decode(NewEventBody.self, from: request)
-            let (event, created) = try await store.events.record(try body.draft(child: try routes.child(context)), as: try context.user())
+            let (event, created) = try await FieldNames.translating(FieldNames.event) {
+                try await store.events.record(try body.draft(child: try routes.child(context)), as: try context.user())
+            }
             return JSONBody.response(created ? .created : .ok, EventJSON(event))
         }
         api.get("/children/:childId/events/:eventId") { _, context in
@@ -56,7 +58,9 @@ public enum BabyBasicsAPI {
             let patch = try await JSONBody.decode(EventPatch.self, from: request)
             let event = try await routes.event(context)
             do {
-                let updated = try await routes.events(context).update(event.id, with: try patch.changes(of: event), expectedRevision: patch.expectedRevision, as: try context.user())
+                let updated = try await FieldNames.translating(FieldNames.event) {
+                    try await routes.events(context).update(event.id, with: try patch.changes(of: event), expectedRevision: patch.expectedRevision, as: try context.user())
+                }
                 return JSONBody.response(.ok, EventJSON(updated))
             } catch StoreError.conflict(let current) {
                 throw APIError.editConflict(current: current, yours: patch)
@@ -74,43 +78,55 @@ public enum BabyBasicsAPI {
         }
 
         api.post("/children/:childId/sleep/start") { request, context in
-            let body = try await routes.step(request)
-            let sleep = try await store.events.startSleep(for: try routes.child(context), id: body.id ?? UUID(), at: try body.moment(now: now()), notes: body.notes, as: try context.user())
-            return JSONBody.response(.created, EventJSON(sleep))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                let sleep = try await store.events.startSleep(for: try routes.child(context), id: body.id ?? UUID(), at: try body.moment(now: now()), notes: body.notes, as: try context.user())
+                return JSONBody.response(.created, EventJSON(sleep))
+            }
         }
         api.post("/children/:childId/sleep/end") { request, context in
-            let body = try await routes.step(request)
-            let ended = try await store.events.endSleep(for: try routes.child(context), at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
-            return JSONBody.response(.ok, StepResult(event: EventJSON(ended.event), summary: ended.summary, minutes: ended.minutes))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                let ended = try await store.events.endSleep(for: try routes.child(context), at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
+                return JSONBody.response(.ok, StepResult(event: EventJSON(ended.event), summary: ended.summary, minutes: ended.minutes))
+            }
         }
 
         api.post("/children/:childId/bottles") { request, context in
-            let body = try await routes.step(request)
-            guard let prepared = body.preparedMl else { throw APIError.invalid(field: "prepared_ml", reason: "is required (mL)") }
-            let user = try context.user()
-            var bottle = try await store.events.prepareBottle(
-                for: try routes.child(context), id: body.id ?? UUID(), preparedMl: prepared, at: try body.moment(now: now()), notes: body.notes, as: user)
-            if body.refrigerated == true { bottle = try await store.events.scoped(to: bottle.childID).setRefrigerated(bottle.id, as: user) }
-            return JSONBody.response(.created, EventJSON(bottle))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                guard let prepared = body.preparedMl else { throw APIError.invalid(field: "prepared_ml", reason: "is required (mL)") }
+                let user = try context.user()
+                var bottle = try await store.events.prepareBottle(
+                    for: try routes.child(context), id: body.id ?? UUID(), preparedMl: prepared, at: try body.moment(now: now()), notes: body.notes, as: user)
+                if body.refrigerated == true { bottle = try await store.events.scoped(to: bottle.childID).setRefrigerated(bottle.id, as: user) }
+                return JSONBody.response(.created, EventJSON(bottle))
+            }
         }
         api.post("/children/:childId/bottles/:eventId/start") { request, context in
-            let body = try await routes.step(request)
-            let bottle = try await routes.event(context)
-            let started = try await routes.events(context).startFeeding(bottle.id, at: body.at ?? now(), expectedRevision: body.expectedRevision, as: try context.user())
-            return JSONBody.response(.ok, EventJSON(started))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                let bottle = try await routes.event(context)
+                let started = try await routes.events(context).startFeeding(bottle.id, at: body.at ?? now(), expectedRevision: body.expectedRevision, as: try context.user())
+                return JSONBody.response(.ok, EventJSON(started))
+            }
         }
         api.post("/children/:childId/bottles/:eventId/finish") { request, context in
-            let body = try await routes.step(request)
-            guard let remaining = body.remainingMl else { throw APIError.invalid(field: "remaining_ml", reason: "is required (mL left in the bottle)") }
-            let bottle = try await routes.event(context)
-            let finished = try await routes.events(context).finishFeeding(bottle.id, remainingMl: remaining, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
-            return JSONBody.response(.ok, StepResult(event: EventJSON(finished.event), summary: nil, minutes: nil, consumedMl: finished.consumedMl))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                guard let remaining = body.remainingMl else { throw APIError.invalid(field: "remaining_ml", reason: "is required (mL left in the bottle)") }
+                let bottle = try await routes.event(context)
+                let finished = try await routes.events(context).finishFeeding(bottle.id, remainingMl: remaining, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
+                return JSONBody.response(.ok, StepResult(event: EventJSON(finished.event), summary: nil, minutes: nil, consumedMl: finished.consumedMl))
+            }
         }
         api.post("/children/:childId/bottles/:eventId/discard") { request, context in
-            let body = try await routes.step(request)
-            let bottle = try await routes.event(context)
-            let discarded = try await routes.events(context).discard(bottle.id, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
-            return JSONBody.response(.ok, EventJSON(discarded))
+            try await FieldNames.translating(FieldNames.step) {
+                let body = try await routes.step(request)
+                let bottle = try await routes.event(context)
+                let discarded = try await routes.events(context).discard(bottle.id, at: try body.moment(now: now()), expectedRevision: body.expectedRevision, as: try context.user())
+                return JSONBody.response(.ok, EventJSON(discarded))
+            }
         }
 
         api.post("/children/:childId/invites") { _, context in

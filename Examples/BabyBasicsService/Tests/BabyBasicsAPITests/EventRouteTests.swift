@@ -185,7 +185,7 @@ import Testing
             (#"{"id":"\#(UUID())","type":"diaper","time_zone":"UTC","data":{"contents":"wet"}}"#, "start_time"),
             (#"{"id":"\#(UUID())","type":"diaper","start_time":"\#(iso(minutesFromNow: -5))","time_zone":"UTC","data":{"contents":"green"}}"#, "data.contents"),
             (#"{"id":"\#(UUID())","type":"feeding","start_time":"\#(iso(minutesFromNow: -5))","time_zone":"UTC","data":{"kind":"breast"}}"#, "data.started_side"),
-            (#"{"id":"\#(UUID())","type":"sleep","start_time":"\#(iso(minutesFromNow: -5))","end_time":"\#(iso(minutesFromNow: -10))","time_zone":"UTC"}"#, "end"),
+            (#"{"id":"\#(UUID())","type":"sleep","start_time":"\#(iso(minutesFromNow: -5))","end_time":"\#(iso(minutesFromNow: -10))","time_zone":"UTC"}"#, "end_time"),
             (#"{"id":"not-a-uuid","type":"diaper","start_time":"\#(iso(minutesFromNow: -5))","time_zone":"UTC","data":{"contents":"wet"}}"#, "id"),
             (#"{"id":"\#(UUID())","type":"bath","start_time":"\#(iso(minutesFromNow: -5))","time_zone":"UTC"}"#, "type"),
         ]
