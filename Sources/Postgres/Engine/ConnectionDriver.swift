@@ -433,8 +433,8 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     private func drainResults(_ libpq: LibPQConnection) {
         while machine.readDecision() == .read {
             guard !libpq.isBusy, let head = machine.head else { return }
-            let text = requests[head]?.text ?? ""
-            switch libpq.nextResult(query: text, secrets: secrets) {
+            // The request's text names the statement in an error; looked up only for one.
+            switch libpq.nextResult(query: self.requests[head]?.text ?? "", secrets: secrets) {
             case .endOfStep: perform(machine.received(.endOfStep))
             case .sync: perform(machine.received(.sync))
             case .aborted: perform(machine.received(.aborted))

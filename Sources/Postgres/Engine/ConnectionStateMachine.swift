@@ -243,7 +243,7 @@ struct ConnectionStateMachine {
     /// A stream is in flight.
     var isStreaming: Bool { inflight.contains { $0.info.mode == .stream } }
     /// The request whose results come next.
-    var head: RequestID? { inflight.first?.info.id }
+    var head: RequestID? { inflight.isEmpty ? nil : inflight[0].info.id }
     /// The last request sent or queued (waiting for it waits for all before it).
     var lastPending: RequestID? { (waiting.last ?? inflight.last)?.info.id }
 
@@ -317,9 +317,9 @@ struct ConnectionStateMachine {
     /// joins others in flight; anything else waits until nothing is. Nothing goes while a
     /// cancel is out: it could reach the next statement.
     mutating func nextSend(transactionStatus: TransactionStatus, serverEndedSession: Bool = false) -> SendStep? {
-        guard phase == .ready, cancel == nil, var next = waiting.first else { return nil }
+        guard phase == .ready, cancel == nil, !waiting.isEmpty else { return nil }
         var enter = false, exit = false
-        if case .pipelined = next.info.mode {
+        if case .pipelined = waiting[0].info.mode {
             guard pipelineMode || inflight.isEmpty else { return nil }
             enter = !pipelineMode
             pipelineMode = true
@@ -328,7 +328,7 @@ struct ConnectionStateMachine {
             exit = pipelineMode
             pipelineMode = false
         }
-        waiting.removeFirst()
+        var next = waiting.removeFirst()
         next.statusAtSend = transactionStatus
         next.sentAfterServerEnded = serverEndedSession
         inflight.append(next)
@@ -360,8 +360,8 @@ struct ConnectionStateMachine {
 
     /// Whether to read the next result now.
     mutating func readDecision() -> ReadDecision {
-        guard phase == .ready, let head = inflight.first else { return .wait }
-        if head.info.mode == .stream, head.buffered >= Self.streamBufferLimit, !head.abandoned {
+        guard phase == .ready, !inflight.isEmpty else { return .wait }
+        if inflight[0].info.mode == .stream, inflight[0].buffered >= Self.streamBufferLimit, !inflight[0].abandoned {
             readingPaused = true
             return .wait
         }
@@ -369,37 +369,40 @@ struct ConnectionStateMachine {
     }
 
     /// libpq returned `event` for the request at the head of the line.
+    ///
+    /// The head entry is changed in place (`inflight[0]`): an `Entry` is large (it can hold a
+    /// `PostgresError`), and copying it out and back for every result cost measurable time.
     mutating func received(_ event: ResultEvent) -> [Action] {
-        guard phase == .ready, var head = inflight.first else { return event == .endOfStep || event == .sync ? [] : [.discard] }
-        let id = head.info.id
-        var actions: [Action] = []
-        switch head.info.mode {
+        guard phase == .ready, !inflight.isEmpty else { return event == .endOfStep || event == .sync ? [] : [.discard] }
+        let id = inflight[0].info.id
+        let action: Action?
+        switch inflight[0].info.mode {
         case .pipelined(let steps):
             switch event {
             case .endOfStep:
                 // A request ends at its Sync's result, whatever came before: a NULL only
                 // separates one step's results from the next. Two in a row while libpq is not
                 // busy mean it has nothing left for us, and the Sync will never come.
-                head.stepsDone += 1
-                head.nullsInARow += 1
-                if head.nullsInARow > 1 {
+                inflight[0].stepsDone += 1
+                inflight[0].nullsInARow += 1
+                if inflight[0].nullsInARow > 1 {
                     return connectionLost(reason: "libpq lost its place in the pipeline (no Sync result for a request); the connection was closed so no answer can go to the wrong caller")
                 }
-                inflight[0] = head
                 return []
             case .sync:
                 return complete()
             case .result, .row:
-                actions.append(.keep(id, replacing: false))
+                action = .keep(id, replacing: false)
             case .aborted:
-                actions.append(.discard)
+                action = .discard
             case .copyStarted:
-                actions.append(.abortCopy)
-                if head.error == nil { head.error = Self.copyMisuse }
+                action = .abortCopy
+                if inflight[0].error == nil { inflight[0].error = Self.copyMisuse }
             case .error(var error):
-                if head.error == nil {
-                    if head.stepsDone < steps { error.stepIndex = head.stepsDone }
-                    head.error = error
+                action = nil
+                if inflight[0].error == nil {
+                    if inflight[0].stepsDone < steps { error.stepIndex = inflight[0].stepsDone }
+                    inflight[0].error = error
                 }
             }
         case .simple:
@@ -407,14 +410,15 @@ struct ConnectionStateMachine {
             case .endOfStep:
                 return complete()
             case .result, .row:
-                actions.append(.keep(id, replacing: true))
+                action = .keep(id, replacing: true)
             case .sync, .aborted:
-                actions.append(.discard)
+                action = .discard
             case .copyStarted:
-                actions.append(.abortCopy)
-                if head.error == nil { head.error = Self.copyMisuse }
+                action = .abortCopy
+                if inflight[0].error == nil { inflight[0].error = Self.copyMisuse }
             case .error(let error):
-                if head.error == nil { head.error = error }
+                action = nil
+                if inflight[0].error == nil { inflight[0].error = error }
             }
         case .stream:
             switch event {
@@ -423,19 +427,19 @@ struct ConnectionStateMachine {
             case .row:
                 // The driver says how many rows the stream then holds (`streamBuffer`): a row
                 // handed straight to a waiting reader is not buffered.
-                actions.append(head.abandoned ? .discard : .deliverRow(id))
+                action = inflight[0].abandoned ? .discard : .deliverRow(id)
             case .result, .sync, .aborted:
-                actions.append(.discard)
+                action = .discard
             case .copyStarted:
-                actions.append(.abortCopy)
-                if head.error == nil { head.error = Self.copyMisuse }
+                action = .abortCopy
+                if inflight[0].error == nil { inflight[0].error = Self.copyMisuse }
             case .error(let error):
-                if head.error == nil { head.error = error }
+                action = nil
+                if inflight[0].error == nil { inflight[0].error = error }
             }
         }
-        head.nullsInARow = 0
-        inflight[0] = head
-        return actions
+        inflight[0].nullsInARow = 0
+        return action.map { [$0] } ?? []
     }
 
     /// The head request is done.

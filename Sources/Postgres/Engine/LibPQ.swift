@@ -189,7 +189,7 @@ final class LibPQConnection: @unchecked Sendable {
     var isBusy: Bool { PQisBusy(conn) == 1 }
 
     /// The next result (`PQgetResult`), told apart. Call only when `isBusy` is false.
-    func nextResult(query: String, secrets: [String]) -> LibPQResult {
+    func nextResult(query: @autoclosure () -> String, secrets: [String]) -> LibPQResult {
         guard let result = PQgetResult(conn) else { return .endOfStep }
         switch PQresultStatus(result) {
         case PGRES_PIPELINE_SYNC:
@@ -207,7 +207,7 @@ final class LibPQConnection: @unchecked Sendable {
             return .copyStarted
         default:
             defer { PQclear(result) }
-            return .error(Self.error(from: result, query: query, secrets: secrets, connectionLost: isBad))
+            return .error(Self.error(from: result, query: query(), secrets: secrets, connectionLost: isBad))
         }
     }
 

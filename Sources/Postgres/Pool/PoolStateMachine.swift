@@ -140,7 +140,7 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     private var opening = 0
     /// The waiters openings in flight were started for (nil entries: to keep the minimum).
     private var openingFor: [WaiterID?] = []
-    private var waiters: [Waiter] = []
+    private var waiters = WaiterQueue<Waiter>()
     private var timerArmed: Instant?
     private var exhaustionReported = false
     private var closed = false
@@ -170,7 +170,7 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     var connectionsOut: [Connection] { Array(lent.values) + shared.map(\.connection) }
 
     /// Waiters in the order they will be served (for tests).
-    var waitingOrder: [WaiterID] { waiters.map(\.id) }
+    var waitingOrder: [WaiterID] { waiters.elements.map(\.id) }
 
     // MARK: Acquiring
 
@@ -194,7 +194,7 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
         waiters.append(waiter)
         actions += armTimer(for: deadline)
         actions += serve(now: now)
-        if !exhaustionReported, total >= limits.maximumConnections, waiters.contains(where: { $0.id == id }) {
+        if !exhaustionReported, total >= limits.maximumConnections, waiters.firstIndex(where: { $0.id == id }) != nil {
             exhaustionReported = true
             actions.append(.reportExhausted(counts))
         }
@@ -213,11 +213,11 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     /// The timer armed for the earliest deadline fired: waiters whose deadline passed give up.
     mutating func timerFired(now: Instant) -> [Action] {
         timerArmed = nil
-        let expired = waiters.filter { $0.deadline <= now }
-        waiters.removeAll { $0.deadline <= now }
+        let expired = waiters.elements.filter { $0.deadline <= now }
+        if !expired.isEmpty { waiters.removeAll { $0.deadline <= now } }
         var actions: [Action] = expired.map { .fail($0.id, timeoutError) }
         if !expired.isEmpty { actions.append(.reportTimedOut(expired.count)) }
-        if let earliest = waiters.map(\.deadline).min() { actions += armTimer(for: earliest) }
+        if let earliest = waiters.elements.lazy.map(\.deadline).min() { actions += armTimer(for: earliest) }
         return actions
     }
 
@@ -316,7 +316,7 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     mutating func close() -> [Action] {
         guard !closed else { return drainedIfDone() }
         closed = true
-        var actions: [Action] = waiters.map { .fail($0.id, Self.closedError) }
+        var actions: [Action] = waiters.elements.map { .fail($0.id, Self.closedError) }
         waiters.removeAll()
         for entry in idle { actions.append(closing(entry.connection, .poolClosed)) }
         idle.removeAll()
@@ -405,9 +405,11 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
     /// Opens connections while there is room and fewer openings are in flight than waiters
     /// (each attributed to the first waiter no opening was started for).
     private mutating func openForUncoveredWaiters() -> [Action] {
-        let demand = waiters.count { !$0.checking }
+        // A full pool opens nothing (the common case under load: no need to count the line).
+        guard total < limits.maximumConnections else { return [] }
+        let demand = waiters.elements.count { !$0.checking }
         var actions: [Action] = []
-        for waiter in waiters where !waiter.checking && !openingFor.contains(waiter.id) {
+        for waiter in waiters.elements where !waiter.checking && !openingFor.contains(waiter.id) {
             guard total < limits.maximumConnections, opening < demand else { break }
             opening += 1
             openingFor.append(waiter.id)
