@@ -71,6 +71,10 @@ extension Runner {
             """)
         _ = try await admin.executeUnsafeRawSQL("VACUUM (ANALYZE) bench_events") // alone: VACUUM refuses a transaction block
         await admin.close()
+        if let cell = ProcessInfo.processInfo.environment["BB_BENCH_CELL"] {
+            try await oneCell(cluster: cluster, cell)
+            return
+        }
         let duration = quick ? 2.0 : 5.0
         let callerCounts = [1, 16, 64, 256]
         var loads: [LoadResult] = []
@@ -91,6 +95,20 @@ extension Runner {
         let (flatLoad, windows) = try await loadOurs(cluster: cluster, statement: .select1, callers: 256, connections: 16, duration: long, window: 10, onIOThread: true)
         self.loads = loads
         self.flatness = Flatness(load: flatLoad, windowSeconds: 10, perWindow: windows)
+    }
+
+    /// `BB_BENCH_CELL=statement,P,C,ours|io,seconds` (e.g. `lookup,16,256,ours,20`): only that
+    /// cell of ours, for profiling a change (`perf record -p`) or comparing two builds; the
+    /// report is partial.
+    func oneCell(cluster: EmbeddedPostgres, _ cell: String) async throws {
+        let parts = cell.split(separator: ",").map(String.init)
+        guard parts.count == 5, let statement = LoadStatement.allCases.first(where: { "\($0)" == parts[0] }),
+              let connections = Int(parts[1]), let callers = Int(parts[2]), let seconds = Double(parts[4]) else {
+            throw BenchError("BB_BENCH_CELL is \"\(cell)\": give statement,P,C,ours|io,seconds such as select1,16,256,ours,20")
+        }
+        let (load, _) = try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: seconds, onIOThread: parts[3] == "io")
+        print("cell \(cell): \(Int(load.throughput)) ops/s, " + String(format: "%.1f µs CPU and %.2f context switches per operation, p50 %.0f µs",
+                                                                     load.cpuPerOperation * 1e6, load.switchesPerOperation, load.p50 * 1e6))
     }
 
     /// `onIOThread`: the caller tasks prefer the pool's I/O thread as their executor (Swift's
