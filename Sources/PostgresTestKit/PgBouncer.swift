@@ -98,8 +98,11 @@ public struct PgBouncer: Sendable {
         let quote = { (text: String) in "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         var run = "\(quote(binary)) \(quote(configFile.path))"
         if ProcessRunner.isRoot { run = "runuser -u \(ProcessRunner.serverAccount) -- " + run }
+        // pgbouncer is stopped through its pid file: `pkill -f <config path>` also matched this
+        // shell's own command line and killed it before the `rm -rf`, leaving a folder behind.
+        let pidFile = quote(directory.appendingPathComponent("pgbouncer.pid").path)
         let script = "\(run) >/dev/null 2>&1 & child=$!; while kill -0 \(getpid()) 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 0.3; done; "
-            + "kill $child 2>/dev/null; pkill -f \(quote(configFile.path)) 2>/dev/null; rm -rf \(quote(directory.path))"
+            + "kill $child 2>/dev/null; [ -s \(pidFile) ] && kill $(cat \(pidFile)) 2>/dev/null; rm -rf \(quote(directory.path))"
         _ = try ChildProcess.spawn(["/usr/bin/setsid", "/bin/sh", "-c", script], environment: ProcessInfo.processInfo.environment)
 
         let bouncer = PgBouncer(directory: directory, port: port, mode: mode, passFile: cluster.passFile)

@@ -48,10 +48,10 @@ import Glibc
     /// connections is locked down when it starts.
     @Test func anotherLocalAccountCannotConnect() async throws {
         let directory = URL(fileURLWithPath: "/tmp/bb-locked-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: directory) }
         let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false))
+        // The folder goes once the server has stopped (a server still running recreates it).
+        defer { Task { try? await cluster.stop(immediate: true); try? FileManager.default.removeItem(at: directory) } }
         try await cluster.start()
-        defer { Task { try? await cluster.stop(immediate: true) } }
         let port = try cluster.port()
 
         func mode(_ url: URL) throws -> Int {

@@ -43,12 +43,21 @@ func bbmigrate(_ arguments: String..., environment: [String: String] = [:], dire
     try await CLIProcess(arguments, environment: environment, directory: directory).wait()
 }
 
+/// One folder per test process holds every `MigrationFolder`; it is removed when the process
+/// exits, so a run leaves nothing in the temporary directory (a crash leaves one folder).
+let migrationFoldersRoot: URL = {
+    let root = FileManager.default.temporaryDirectory.appendingPathComponent("bbmigrate-tests-\(getpid())")
+    try? FileManager.default.removeItem(at: root)
+    atexit { try? FileManager.default.removeItem(at: migrationFoldersRoot) }
+    return root
+}()
+
 /// A temporary folder of migration files.
 struct MigrationFolder {
     let url: URL
 
     init(copyingRepository: Bool = false) throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("bbmigrate-test-\(UUID().uuidString.prefix(8))")
+        url = migrationFoldersRoot.appendingPathComponent("\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         if copyingRepository {
             for name in try FileManager.default.contentsOfDirectory(atPath: repositoryMigrations.path) where name.hasSuffix(".sql") {

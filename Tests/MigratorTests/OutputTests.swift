@@ -108,11 +108,14 @@ import Testing
     /// the result alone, and stderr has no connection chatter at the default level.
     @Test func embeddedCommandsPrintTheirResultOnly() async throws {
         let folder = URL(fileURLWithPath: "/tmp/bbm-quiet-\(UUID().uuidString.prefix(6))")
+        // The folder goes once the cluster is removed (a server still running recreates it).
         defer {
-            _ = try? FileManager.default.removeItem(at: folder)
+            Task {
+                _ = try? await bbmigrate("embedded", "remove", "--data-dir", folder.appendingPathComponent(".bbdata").path)
+                _ = try? FileManager.default.removeItem(at: folder)
+            }
         }
         let started = try await bbmigrate("embedded", "start", "--data-dir", folder.appendingPathComponent(".bbdata").path, "--json")
-        defer { Task { _ = try? await bbmigrate("embedded", "remove", "--data-dir", folder.appendingPathComponent(".bbdata").path) } }
         #expect(started.status == 0, "\(started.stderr)")
         let output = try #require(try JSONSerialization.jsonObject(with: Data(started.stdout.utf8)) as? [String: Any], "stdout: \(started.stdout)")
         #expect((output["url"] as? String)?.hasPrefix("postgresql://") == true)
