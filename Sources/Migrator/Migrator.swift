@@ -375,12 +375,12 @@ public struct PlannedMigration: Sendable {
         if file.runsOutsideTransaction {
             if let mixed = statements.first(where: { $0.kind == .other }) {
                 throw MigratorError.configuration(
-                    "\(file.fileName):\(mixed.line): a \(MigrationFile.noTransactionMarker) file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …) and SET, RESET or COMMENT ON, but it has: \(mixed.text.prefix(60))",
+                    "\(file.fileName):\(mixed.line): a \(MigrationFile.noTransactionMarker) file may only hold statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, …) and SET, RESET or COMMENT ON, but it has: \(mixed.excerpt)",
                     fix: "move that statement to a normal migration file")
             }
         } else if let lonely = statements.first(where: { $0.kind == .needsNoTransaction }) {
             throw MigratorError.configuration(
-                "\(file.fileName):\(lonely.line): \(lonely.words.prefix(4).joined(separator: " ")) cannot run inside a transaction, and bbmigrate runs this file in one",
+                "\(file.fileName):\(lonely.line): \(lonely.excerpt) cannot run inside a transaction, and bbmigrate runs this file in one",
                 fix: "put it in a file of its own whose leading comment says \(MigrationFile.noTransactionMarker)")
         }
     }

@@ -13,7 +13,10 @@
 /// - A semicolon ends a statement only outside parentheses and outside the `BEGIN … END` of a
 ///   `CREATE [OR REPLACE] FUNCTION|PROCEDURE … BEGIN ATOMIC` body (psql's own heuristic).
 /// - A backslash outside a string starts a psql meta-command (`\set`, `\i`, `\connect`): not SQL,
-///   refused.
+///   refused, with what to write instead. `\restrict KEY` and `\unrestrict KEY`, which every
+///   current `pg_dump` writes around a dump, are taken as psql takes them: they change no SQL, so
+///   they are skipped, and the keys must match.
+/// - `COPY … FROM stdin` is refused at the COPY: its rows are lines only psql sends.
 ///
 /// Statements are sent to the server one at a time, as psql sends them, so the server's own
 /// parser has the last word; `SQLScript` only has to agree with psql on the boundaries. A
@@ -41,6 +44,10 @@ public enum SQLScript {
         /// The 1-based line of the statement's first word (after any leading comment): the line
         /// messages name.
         public let line: Int
+        /// The statement as written, from its first word, with each run of whitespace made one
+        /// space and cut after about 72 characters: how messages name it
+        /// (`CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_day ON events …`).
+        public let excerpt: String
         /// Its first words, at most `wordLimit`: unquoted ones upper-cased (`["CREATE", "UNIQUE",
         /// "INDEX", "CONCURRENTLY"]`), quoted identifiers as written (`"\"My Index\""`).
         public let words: [String]
@@ -100,6 +107,11 @@ public enum SQLScript {
         var innerParts: [[String]] = []
         /// Words of the current part after an inner semicolon.
         var partWords: [String]?
+        /// The statement's previous word (for `FROM STDIN`), and whether it is a `COPY … FROM STDIN`.
+        var previousWord: String?
+        var readsStandardInput = false
+        /// The key and line of a `\restrict` not yet ended by its `\unrestrict`.
+        var restriction: (key: String, line: Int)?
         var statements: [Statement] = []
 
         init(_ bytes: [UInt8]) {
@@ -185,11 +197,7 @@ public enum SQLScript {
                     markCode(index)
                     try skipDollar()
                 case UInt8(ascii: "\\"):
-                    markCode(index)
-                    var end = index + 1
-                    while let c = byte(end), !Self.isSpace(c) { end += 1 }
-                    let command = String(decoding: bytes[index..<end], as: UTF8.self)
-                    throw error("\(command) is a psql meta-command, not SQL; bbmigrate runs SQL only (use SET, or write the value out)", at: index)
+                    try metaCommand()
                 case UInt8(ascii: "("):
                     markCode(index)
                     parenDepth += 1
@@ -200,7 +208,7 @@ public enum SQLScript {
                     index += 1
                 case UInt8(ascii: ";"):
                     if parenDepth == 0 && beginDepth == 0 {
-                        finishStatement(end: index)
+                        try finishStatement(end: index)
                         identifierCount = 0
                     } else {
                         markCode(index)
@@ -219,16 +227,78 @@ public enum SQLScript {
                     index += 1
                 }
             }
-            finishStatement(end: bytes.count)
+            try finishStatement(end: bytes.count)
             return statements
         }
 
+        /// A backslash outside a string: `\restrict` and `\unrestrict` are skipped (their keys
+        /// must match, as psql checks); every other meta-command is refused with what to do instead.
+        mutating func metaCommand() throws(SyntaxError) {
+            let start = index
+            var end = index + 1
+            while let c = byte(end), !Self.isSpace(c), c != UInt8(ascii: "\\") || end == index + 1 { end += 1 }
+            let command = String(decoding: bytes[start..<end], as: UTF8.self)
+            guard command == "\\restrict" || command == "\\unrestrict" else {
+                throw error("\(command) is a psql meta-command, not SQL, and bbmigrate runs SQL only: \(Self.advice(for: command))", at: start)
+            }
+            var lineEnd = end
+            while let c = byte(lineEnd), !Self.isNewline(c) { lineEnd += 1 }
+            var keyStart = end
+            var keyEnd = lineEnd
+            while keyStart < keyEnd, Self.isSpace(bytes[keyStart]) { keyStart += 1 }
+            while keyEnd > keyStart, Self.isSpace(bytes[keyEnd - 1]) { keyEnd -= 1 }
+            let key = String(decoding: bytes[keyStart..<keyEnd], as: UTF8.self)
+            let line = position(of: start).line
+            if command == "\\restrict" {
+                guard !key.isEmpty else { throw error("\\restrict needs a key (pg_dump writes \\restrict followed by one)", at: start) }
+                if let open = restriction {
+                    throw error("a second \\restrict before the \\unrestrict of line \(open.line)'s; a dump has one pair, around everything", at: start)
+                }
+                restriction = (key, line)
+            } else {
+                guard let open = restriction else {
+                    throw error("\\unrestrict without a \\restrict before it; a dump has one pair, \\restrict at its top", at: start)
+                }
+                guard open.key == key else {
+                    throw error("\\unrestrict's key is not the one \\restrict gave on line \(open.line); they come from one pg_dump run and must match", at: start)
+                }
+                restriction = nil
+            }
+            index = lineEnd
+        }
+
+        /// What to write instead of a psql meta-command.
+        static func advice(for command: String) -> String {
+            switch command {
+            case "\\i", "\\ir", "\\include", "\\include_relative":
+                "it reads another file, and a migration is one file; put those statements here, or make that file a migration of its own"
+            case "\\set", "\\unset", "\\gset", "\\getenv":
+                "psql variables do not exist here; write the value out (a server setting is SET name = value)"
+            case "\\c", "\\connect":
+                "a migration runs in the one database bbmigrate connected to; run it with --url for that database instead"
+            case "\\copy":
+                "it reads a file on the client; write the rows as INSERT … VALUES (pg_dump --inserts writes them so)"
+            case "\\if", "\\elif", "\\else", "\\endif":
+                "psql conditionals do not exist here; use a DO block with IF … THEN … END IF"
+            case "\\gexec":
+                "it runs a query's results as statements; write those statements out, or EXECUTE them in a DO block"
+            case "\\echo", "\\qecho", "\\warn":
+                "it prints a line; delete it, or RAISE NOTICE in a DO block"
+            case "\\.":
+                "it ends the rows of a COPY … FROM stdin, which bbmigrate does not read; write the rows as INSERT … VALUES"
+            default:
+                "delete it, or do what it does in SQL"
+            }
+        }
+
         mutating func addWord(_ word: String) {
+            if previousWord == "FROM" && word == "STDIN" && words.first == "COPY" { readsStandardInput = true }
+            previousWord = word
             if words.count < Statement.wordLimit { words.append(word) }
             if partWords != nil, partWords?.count ?? 0 < 4 { partWords?.append(word) }
         }
 
-        mutating func finishStatement(end: Int) {
+        mutating func finishStatement(end: Int) throws(SyntaxError) {
             if let part = partWords, !part.isEmpty { innerParts.append(part) }
             defer {
                 textStart = nil
@@ -236,14 +306,42 @@ public enum SQLScript {
                 words = []
                 innerParts = []
                 partWords = nil
+                previousWord = nil
+                readsStandardInput = false
             }
             guard let start = textStart, let first = firstWord else { return }
+            if readsStandardInput {
+                throw error("COPY … FROM stdin takes its rows from the lines after it, which psql sends and bbmigrate does not "
+                    + "(it runs SQL only); write the rows as INSERT … VALUES (pg_dump --inserts writes them so)", at: first)
+            }
             var stop = end
             while stop > start, Self.isSpace(bytes[stop - 1]) { stop -= 1 }
             let (textLine, textColumn) = position(of: start)
             statements.append(Statement(
                 text: String(decoding: bytes[start..<stop], as: UTF8.self),
-                textLine: textLine, textColumn: textColumn, line: position(of: first).line, words: words, innerParts: innerParts))
+                textLine: textLine, textColumn: textColumn, line: position(of: first).line,
+                excerpt: Self.excerpt(bytes[first..<max(first, stop)]), words: words, innerParts: innerParts))
+        }
+
+        /// `text` with each run of whitespace made one space, cut at a word after about 72
+        /// characters.
+        static func excerpt(_ text: ArraySlice<UInt8>) -> String {
+            var collapsed: [UInt8] = []
+            var space = false
+            for byte in text {
+                if isSpace(byte) {
+                    space = true
+                    continue
+                }
+                if space && !collapsed.isEmpty { collapsed.append(0x20) }
+                space = false
+                collapsed.append(byte)
+            }
+            let whole = String(decoding: collapsed, as: UTF8.self)
+            guard whole.count > 72 else { return whole }
+            let cut = whole.prefix(72)
+            let atWord = cut.lastIndex(of: " ").map { cut[..<$0] } ?? cut
+            return atWord + " …"
         }
 
         /// `/* … */`, nesting, at `index`.

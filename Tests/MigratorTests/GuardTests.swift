@@ -46,6 +46,56 @@ import Testing
         try await expectRefused("-- bbmigrate:no-transaction\nCREATE INDEX CONCURRENTLY i ON first (id);\nCREATE TABLE oops (id int);\n", at: "0002_second.sql:3")
     }
 
+    /// The refusal names the statement as it is written (it once printed upper-cased words cut
+    /// at four: "CREATE INDEX CONCURRENTLY IF", "VACUUM ANALYZE AUTH USERS").
+    @Test func aRefusedStatementIsNamedAsWritten() async throws {
+        let (database, _) = try await emptyDatabase()
+        let folder = try MigrationFolder()
+        try folder.write("0001_first.sql", "CREATE TABLE first (id int);\nVACUUM ANALYZE public.first;\n")
+        let vacuum = try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path)
+        #expect(vacuum.status == 2)
+        #expect(vacuum.stderr.contains("0001_first.sql:2: VACUUM ANALYZE public.first cannot run inside a transaction"), "\(vacuum.stderr)")
+        try folder.write("0001_first.sql", "CREATE TABLE first (id int);\nCREATE INDEX CONCURRENTLY IF NOT EXISTS first_id\n  ON first (id);\n")
+        let index = try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path)
+        #expect(index.stderr.contains("0001_first.sql:2: CREATE INDEX CONCURRENTLY IF NOT EXISTS first_id ON first (id) cannot run"), "\(index.stderr)")
+    }
+
+    /// A pg_dump file as the first migration: its `\restrict` and `\unrestrict` lines are taken
+    /// as psql takes them, and the rest is applied.
+    @Test func aDumpWithRestrictLinesIsApplied() async throws {
+        let (database, connection) = try await emptyDatabase()
+        let folder = try MigrationFolder()
+        try folder.write("0001_baseline.sql", """
+            \\restrict Zk3pV0aQ
+            SET statement_timeout = 0;
+            SELECT pg_catalog.set_config('search_path', '', false);
+            CREATE TABLE public.kept (id integer NOT NULL);
+            \\unrestrict Zk3pV0aQ
+
+            """)
+        let result = try await bbmigrate("up", "--url", database.connectionString, "--dir", folder.path)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(try await connection.fetchValue(Bool.self, "SELECT to_regclass('public.kept') IS NOT NULL") == true)
+    }
+
+    /// The README's "Starting from an existing database", with the server's own pg_dump: the
+    /// migrated schema, dumped, is the first migration of a new database, and verify finds the
+    /// two alike.
+    @Test func aPgDumpOfTheSchemaIsAFirstMigrationAsTheReadmeSays() async throws {
+        let (source, _) = try await emptyDatabase()
+        #expect(try await bbmigrate("up", "--url", source.connectionString, "--dir", repositoryMigrations.path).status == 0)
+        let pgDump = try ServerBinaries.locate().directory + "/pg_dump"
+        let dump = try await ChildProcess.spawn([pgDump, "--schema-only", "--no-owner", "--no-privileges", "--exclude-schema=bbmigrate", source.connectionString]).result()
+        try #require(dump.status == 0, "\(dump.stderr)")
+        let folder = try MigrationFolder()
+        try folder.write("0001_baseline.sql", dump.stdout)
+        let (target, _) = try await emptyDatabase()
+        let up = try await bbmigrate("up", "--url", target.connectionString, "--dir", folder.path)
+        #expect(up.status == 0, "\(up.stderr)")
+        let verify = try await bbmigrate("verify", "--url", target.connectionString, "--dir", folder.path)
+        #expect(verify.status == 0, "\(verify.stdout)\(verify.stderr)")
+    }
+
     @Test func metaCommandsUnclosedCommentsAndNonUTF8AreRefusedWithTheirLine() async throws {
         try await expectRefused("SELECT 1;\n\\set ON_ERROR_STOP 1\nCREATE TABLE t (id int);\n", at: "0002_second.sql:2")
         try await expectRefused("CREATE TABLE a (id int);\n/* inputs come from data/*.csv */\nCREATE TABLE b (id int);\n", at: "0002_second.sql:2")

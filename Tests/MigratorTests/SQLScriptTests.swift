@@ -65,11 +65,93 @@ import Testing
     }
 
     @Test func psqlMetaCommandsAreRefusedWithTheirLine() throws {
-        #expect(throws: SQLScript.SyntaxError(line: 2, column: 1, message: "\\set is a psql meta-command, not SQL; bbmigrate runs SQL only (use SET, or write the value out)")) {
+        #expect(throws: SQLScript.SyntaxError(line: 2, column: 1, message: "\\set is a psql meta-command, not SQL, and bbmigrate runs SQL only: "
+            + "psql variables do not exist here; write the value out (a server setting is SET name = value)")) {
             try SQLScript.statements(in: "SELECT 1;\n\\set x 1\nSELECT :x;")
         }
         // Inside strings and comments a backslash is nothing special.
         #expect(try texts("SELECT E'\\\\'; -- \\i nothing\n/* \\set */ SELECT '\\'") == ["SELECT E'\\\\'", "/* \\set */ SELECT '\\'"])
+    }
+
+    /// Each meta-command's message says what to write instead: an include is not a variable.
+    @Test func eachMetaCommandSaysWhatToDoInstead() throws {
+        func message(_ sql: String) -> String {
+            do {
+                _ = try SQLScript.statements(in: sql)
+                return "accepted"
+            } catch {
+                return error.message
+            }
+        }
+        #expect(message("\\i other.sql\n").contains("it reads another file, and a migration is one file"))
+        #expect(message("\\ir ../shared.sql\n").contains("it reads another file"))
+        #expect(message("\\connect other\n").contains("--url"))
+        #expect(message("\\copy t FROM 'rows.csv'\n").contains("INSERT … VALUES"))
+        #expect(message("\\if :x\nSELECT 1;\n\\endif\n").contains("DO block"))
+        #expect(message("SELECT 1 \\gexec\n").contains("EXECUTE"))
+        #expect(message("\\echo hello\n").contains("RAISE NOTICE"))
+        #expect(message("\\pset format csv\n").contains("\\pset is a psql meta-command") && message("\\pset x\n").contains("delete it"))
+        // None of them says the same thing as \set.
+        #expect(!message("\\i other.sql\n").contains("write the value out"))
+    }
+
+    /// Every current pg_dump writes `\restrict KEY` at the top and `\unrestrict KEY` at the end:
+    /// a dump used as a first migration is read, both lines skipped; keys that do not match, or
+    /// an \unrestrict alone, are refused at their line.
+    @Test func aDumpsRestrictAndUnrestrictAreTakenAsPsqlTakesThem() throws {
+        let dump = """
+            --
+            -- PostgreSQL database dump
+            --
+
+            \\restrict 4hZq0x9b2TkRr1
+
+            SET statement_timeout = 0;
+            CREATE TABLE public.t (id integer NOT NULL);
+
+            --
+            -- PostgreSQL database dump complete
+            --
+
+            \\unrestrict 4hZq0x9b2TkRr1
+
+            """
+        let statements = try SQLScript.statements(in: dump)
+        #expect(statements.map(\.text) == ["SET statement_timeout = 0", "CREATE TABLE public.t (id integer NOT NULL)"])
+        #expect(statements.map(\.line) == [7, 8])
+        #expect(throws: SQLScript.SyntaxError(line: 3, column: 1, message: "\\unrestrict's key is not the one \\restrict gave on line 1; they come from one pg_dump run and must match")) {
+            try SQLScript.statements(in: "\\restrict abc\nSELECT 1;\n\\unrestrict abd\n")
+        }
+        #expect(throws: SQLScript.SyntaxError(line: 2, column: 1, message: "\\unrestrict without a \\restrict before it; a dump has one pair, \\restrict at its top")) {
+            try SQLScript.statements(in: "SELECT 1;\n\\unrestrict abc\n")
+        }
+        #expect(throws: SQLScript.SyntaxError.self) { try SQLScript.statements(in: "\\restrict\nSELECT 1;\n") }
+        #expect(throws: SQLScript.SyntaxError.self) { try SQLScript.statements(in: "\\restrict a\n\\restrict a\n") }
+    }
+
+    /// COPY … FROM stdin is refused at the COPY (line 2), not at the `\.` that ends its rows,
+    /// and a row that looks like an open string does not hide it.
+    @Test func copyFromStdinIsRefusedAtTheCopy() throws {
+        let sql = "CREATE TABLE t (id int, name text);\nCOPY public.t (id, name) FROM stdin;\n1\tO'Brien\n2\tSmith\n\\.\n"
+        #expect(throws: SQLScript.SyntaxError(line: 2, column: 1, message: "COPY … FROM stdin takes its rows from the lines after it, which psql sends and bbmigrate does not "
+            + "(it runs SQL only); write the rows as INSERT … VALUES (pg_dump --inserts writes them so)")) {
+            try SQLScript.statements(in: sql)
+        }
+        // COPY from a server file, or to stdout, is SQL like any other.
+        #expect(try texts("COPY t FROM '/srv/rows.csv' WITH (FORMAT csv);\nCOPY t TO STDOUT;") == ["COPY t FROM '/srv/rows.csv' WITH (FORMAT csv)", "COPY t TO STDOUT"])
+    }
+
+    /// Messages name a statement as it is written, not by upper-cased words.
+    @Test func theExcerptIsTheStatementAsWritten() throws {
+        let statements = try SQLScript.statements(in: """
+            /* why */ CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_day
+                ON events (child_id, start_time);
+            VACUUM ANALYZE auth.users;
+            CREATE TABLE a_table_with_a_long_name (first_column integer, second_column text, third_column jsonb);
+            """)
+        #expect(statements[0].excerpt == "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_day ON events …")
+        #expect(statements[1].excerpt == "VACUUM ANALYZE auth.users")
+        #expect(statements[2].excerpt == "CREATE TABLE a_table_with_a_long_name (first_column integer, …")
     }
 
     @Test func linesAndWordsIgnoreLeadingComments() throws {
