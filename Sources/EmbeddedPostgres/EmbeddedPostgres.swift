@@ -92,6 +92,19 @@ public struct EmbeddedPostgres: Sendable {
     var passwordFile: URL { directory.appendingPathComponent("superuser.password") }
     /// libpq's password file for this cluster (`passfile=` in every URL this type gives out).
     public var passFile: URL { directory.appendingPathComponent("pgpass") }
+    /// The port of the last start, tried first on the next one, so that a URL printed before a
+    /// stop (`make up`'s psql line) still connects after the next start.
+    var portFile: URL { directory.appendingPathComponent("port") }
+
+    /// The port to start on: the last one, unless TCP is on and something else listens there.
+    func portForStart() throws -> Int {
+        if let text = try? String(contentsOf: portFile, encoding: .utf8),
+           let last = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)), (1024...65535).contains(last),
+           !options.tcp || Self.isFree(last) {
+            return last
+        }
+        return try Self.freePort()
+    }
 
     /// The superuser's generated password (for tools that cannot read a passfile, such as a
     /// pooler's configuration).
@@ -169,13 +182,16 @@ public struct EmbeddedPostgres: Sendable {
         if current == .notInitialized { try initialize(binaries) }
         try lockDown()
         var lastError: EmbeddedPostgresError?
-        for _ in 0..<3 {
-            let port = try Self.freePort()
+        for attempt in 0..<3 {
+            let port = attempt == 0 ? try portForStart() : try Self.freePort()
             let listen = options.tcp ? "127.0.0.1" : "''"
             let outcome = try ProcessRunner.run(binaries.pgCtl, [
                 "start", "-D", dataDirectory.path, "-l", logFile.path, "-w", "-t", "60", "-o", "-p \(port) -c listen_addresses=\(listen)",
             ])
-            if outcome.status == 0, case .running = try status() { return try status() }
+            if outcome.status == 0, case .running = try status() {
+                try? Data("\(port)\n".utf8).write(to: portFile)
+                return try status()
+            }
             let log = (try? String(contentsOf: logFile, encoding: .utf8)) ?? ""
             lastError = EmbeddedPostgresError(
                 "PostgreSQL in \(directory.path) did not start",
@@ -375,16 +391,29 @@ public struct EmbeddedPostgres: Sendable {
         return port
     }
 
-    /// Binds `socketFD` to 127.0.0.1 on a port the kernel picks; that port, or nil.
-    package static func bindLoopback(_ socketFD: Int32) -> Int? {
+    /// Whether nothing listens on 127.0.0.1 at `port` right now.
+    static func isFree(_ port: Int) -> Bool {
+        let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socketFD >= 0 else { return false }
+        defer { close(socketFD) }
+        return onLoopback(port: port) { bind(socketFD, $0, $1) } == 0
+    }
+
+    /// Calls `body` (`bind` or `connect`) with the address 127.0.0.1:`port` and its length.
+    package static func onLoopback(port: Int, _ body: (UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(clamping: port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard bound == 0 else { return nil }
+    }
+
+    /// Binds `socketFD` to 127.0.0.1 on a port the kernel picks; that port, or nil.
+    package static func bindLoopback(_ socketFD: Int32) -> Int? {
+        guard onLoopback(port: 0, { bind(socketFD, $0, $1) }) == 0 else { return nil }
+        var address = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let named = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socketFD, $0, &length) }

@@ -119,13 +119,7 @@ public struct PgBouncer: Sendable {
         let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socketFD >= 0 else { return false }
         defer { close(socketFD) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socketFD, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
+        return EmbeddedPostgres.onLoopback(port: port) { connect(socketFD, $0, $1) } == 0
     }
 
     /// Stops pgbouncer (its watcher then removes the folder).

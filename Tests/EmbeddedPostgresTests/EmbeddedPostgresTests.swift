@@ -37,10 +37,39 @@ import Glibc
         #expect(try cluster.status() == .stopped)
         #expect(throws: EmbeddedPostgresError.self) { try cluster.connectionString() }
         try await cluster.start()
+        // The same port as before, so a URL printed before the stop still connects.
+        #expect(try cluster.port() == port)
         let again = try await PostgresConnection.connect(try cluster.connectionString(database: "family"))
         #expect(try await again.fetchValue(String.self, "SELECT v FROM kept") == "still here")
         await again.close()
         try await cluster.stop(immediate: true)
+    }
+
+    /// With TCP on, a remembered port that something else now listens on is given up for a
+    /// free one (the cluster starts); a free one is kept.
+    @Test func aTakenPortIsGivenUpForAFreeOne() async throws {
+        let directory = URL(fileURLWithPath: "/tmp/bb-port-\(UUID().uuidString.prefix(8))")
+        let cluster = EmbeddedPostgres(directory: directory, options: .init(durable: false, tcp: true))
+        defer { Task { try? await cluster.stop(immediate: true); try? FileManager.default.removeItem(at: directory) } }
+        try await cluster.start()
+        let first = try cluster.port()
+        try await cluster.stop()
+        try await cluster.start()
+        #expect(try cluster.port() == first)
+        try await cluster.stop()
+
+        let squatter = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(squatter) }
+        let bound = EmbeddedPostgres.onLoopback(port: first) { bind(squatter, $0, $1) }
+        try #require(bound == 0 && listen(squatter, 1) == 0)
+        try await cluster.start()
+        let second = try cluster.port()
+        #expect(second != first)
+        let connection = try await PostgresConnection.connect(try cluster.connectionString())
+        #expect(try await connection.fetchValue(Int.self, "SELECT 1") == 1)
+        await connection.close()
+        try await cluster.stop(immediate: true)
+        try FileManager.default.removeItem(at: directory)
     }
 
     /// Only the server's account (and root) may reach the socket; every connection needs the
