@@ -110,6 +110,15 @@ public enum SchemaDump {
             case "forced": lines.append("ALTER TABLE \(name) ENABLE ROW LEVEL SECURITY;\nALTER TABLE \(name) FORCE ROW LEVEL SECURITY;")
             default: break
             }
+            for column in columns.sorted(by: { $0.name < $1.name }) {
+                let columnName = column.name.components(separatedBy: ".").last ?? column.name
+                if let target = column.attributes["statistics target"], !target.isEmpty {
+                    lines.append("ALTER TABLE \(name) ALTER COLUMN \(columnName) SET STATISTICS \(target);")
+                }
+                if let storage = column.attributes["storage"], !storage.isEmpty {
+                    lines.append("ALTER TABLE \(name) ALTER COLUMN \(columnName) SET STORAGE \(storage.uppercased());")
+                }
+            }
             owner("TABLE")
             comment("TABLE")
             for column in columns.sorted(by: { $0.name < $1.name }) {
@@ -167,7 +176,11 @@ public enum SchemaDump {
             }
         case "grants":
             for (grantee, privileges) in a.sorted(by: { $0.key < $1.key }) {
-                lines.append("GRANT \(privileges) \(name.uppercasedFirstWord) TO \(grantee);")
+                if grantee == SchemaSnapshot.owner {
+                    lines.append("-- the owner's own privileges \(name), not the default: \(privileges)")
+                } else {
+                    lines.append("GRANT \(privileges) \(name.uppercasedFirstWord) TO \(grantee);")
+                }
             }
         default:
             lines.append("-- \(object.kind) \(name): " + a.sorted { $0.key < $1.key }.map { "\($0.key) = \($0.value)" }.joined(separator: "; "))

@@ -5,11 +5,13 @@ public import Postgres
 ///
 /// Covered: schemas, extensions (and their versions), tables (kind, persistence, owner,
 /// options, replica identity, row-level security, partition key and bounds, inheritance),
-/// columns (type, nullability, default, identity, generated, collation, position), constraints,
+/// columns (type, nullability, default, identity, generated, collation, position, statistics
+/// target, storage), constraints,
 /// indexes (definition, validity), views and materialized views, functions, procedures and
 /// aggregates, triggers and event triggers, rules, policies, types (enum, domain, composite,
 /// range), sequences (every option and the column that owns them), extended statistics,
-/// publications, collations, comments on all of these, owners, grants and default privileges.
+/// publications, collations, comments on all of these, owners, grants (an owner's own
+/// privileges too, where they are not the default) and default privileges.
 ///
 /// Left out: the system schemas, `bbmigrate`'s own schema, every session's temporary schema,
 /// objects that belong to an extension (`CREATE EXTENSION` made them), and the schemas and
@@ -61,6 +63,9 @@ public struct SchemaSnapshot: Sendable, Equatable {
 
     /// Written for an owner or role that is the migration user.
     public static let migrationUser = "(migration user)"
+    /// The grantee of an object's owner's own privileges (listed only where they are not the
+    /// default).
+    public static let owner = "(owner)"
 
     /// Reads the snapshot.
     public static func capture(_ connection: PostgresConnection, ignoring ignore: Ignore = Ignore()) async throws -> SchemaSnapshot {
@@ -86,6 +91,7 @@ public struct SchemaSnapshot: Sendable, Equatable {
         }
         var roles = Set(try await connection.query("SELECT rolname FROM pg_roles").decodeColumn(String.self)).union(["PUBLIC"])
         roles.insert(Self.migrationUser)
+        roles.insert(Self.owner)
         return SchemaSnapshot(objects: objects, roles: roles)
     }
 
@@ -151,13 +157,18 @@ public struct SchemaSnapshot: Sendable, Equatable {
                      format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull::text AS notnull,
                      coalesce(pg_get_expr(d.adbin, d.adrelid), '') AS dflt, a.attidentity::text AS ident, a.attgenerated::text AS gen,
                      coalesce(col.collname, '') AS coll, col_description(c.oid, a.attnum) AS comment,
-                     (row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum))::text AS position
+                     (row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum))::text AS position,
+                     -- -1 (up to 16) or NULL (17 on) is the default target
+                     coalesce(nullif(a.attstattarget, -1)::text, '') AS stats,
+                     CASE WHEN a.attstorage = (SELECT t.typstorage FROM pg_type t WHERE t.oid = a.atttypid) THEN ''
+                          ELSE CASE a.attstorage WHEN 'p' THEN 'plain' WHEN 'e' THEN 'external' WHEN 'm' THEN 'main' ELSE 'extended' END END AS storage
               FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
               LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
               LEFT JOIN pg_collation col ON col.oid = a.attcollation AND a.attcollation <> (SELECT t.typcollation FROM pg_type t WHERE t.oid = a.atttypid)
               WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f') AND a.attnum > 0 AND NOT a.attisdropped AND \(schema) AND \(ownClass)) a
             CROSS JOIN LATERAL (VALUES ('type', a.type), ('not null', a.notnull), ('default', a.dflt), ('identity', a.ident),
-                                       ('generated', a.gen), ('collation', a.coll), ('comment', a.comment), ('position', a.position)) v(attribute, value)
+                                       ('generated', a.gen), ('collation', a.coll), ('comment', a.comment), ('position', a.position),
+                                       ('statistics target', a.stats), ('storage', a.storage)) v(attribute, value)
             """,
             """
             SELECT 'constraint', quote_ident(con.conname) || ' on ' || \(qualified) || quote_ident(c.relname), \(qualified) || quote_ident(c.relname), attribute, value
@@ -345,6 +356,22 @@ public struct SchemaSnapshot: Sendable, Equatable {
             ) g
             GROUP BY kind, name, grantee
             """,
+            // The owner's own privileges, where they are not the default (an owner that revoked
+            // one from itself): grantee "(owner)".
+            """
+            SELECT 'grants', kind || ' ' || name, NULL, '(owner)', coalesce(privileges, 'none')
+            FROM (
+              SELECT CASE c.relkind WHEN 'S' THEN 'on sequence' WHEN 'v' THEN 'on view' WHEN 'm' THEN 'on view' ELSE 'on table' END AS kind,
+                     \(qualified) || quote_ident(c.relname) AS name,
+                     (SELECT string_agg(a.privilege_type || CASE WHEN a.is_grantable THEN ' (with grant option)' ELSE '' END, ', ' ORDER BY a.privilege_type)
+                      FROM aclexplode(c.relacl) a WHERE a.grantee = c.relowner) AS privileges,
+                     (SELECT string_agg(a.privilege_type || CASE WHEN a.is_grantable THEN ' (with grant option)' ELSE '' END, ', ' ORDER BY a.privilege_type)
+                      FROM aclexplode(acldefault((CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END)::"char", c.relowner)) a WHERE a.grantee = c.relowner) AS defaults
+              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE c.relacl IS NOT NULL AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND \(schema) AND \(ownClass)
+            ) o
+            WHERE privileges IS DISTINCT FROM defaults
+            """,
         ]
     }
 
@@ -365,7 +392,8 @@ public struct SchemaSnapshot: Sendable, Equatable {
                 let want = (expected?.attributes ?? [:]).filter { commonRoles.contains($0.key) }
                 let have = (found?.attributes ?? [:]).filter { commonRoles.contains($0.key) }
                 for role in Set(want.keys).union(have.keys).sorted() where want[role] != have[role] {
-                    lines.append("\(kind) \(name) to \(role) differ (expected: \(want[role] ?? "none"); found: \(have[role] ?? "none"))")
+                    let absent = role == Self.owner ? "the default (all)" : "none"
+                    lines.append("\(kind) \(name) to \(role == Self.owner ? "its owner" : role) differ (expected: \(want[role] ?? absent); found: \(have[role] ?? absent))")
                 }
                 continue
             }

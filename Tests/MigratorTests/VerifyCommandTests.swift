@@ -35,6 +35,35 @@ import Glibc
         #expect(decoded?["exit_code"] as? Int == 1)
     }
 
+    /// What pg_dump shows and verify once missed: a column's statistics target and storage,
+    /// and a privilege the owner revoked from itself. A GRANT then REVOKE that leaves the
+    /// defaults is no drift.
+    @Test func statisticsStorageAndTheOwnersOwnPrivilegesAreCompared() async throws {
+        let (database, connection) = try await emptyDatabase()
+        #expect(try await bbmigrate("up", "--url", database.connectionString, "--dir", repositoryMigrations.path).status == 0)
+        try await connection.executeUnsafeRawSQL("""
+            GRANT SELECT ON children TO PUBLIC;
+            REVOKE SELECT ON children FROM PUBLIC;
+            """)
+        let same = try await bbmigrate("verify", "--url", database.connectionString, "--dir", repositoryMigrations.path)
+        #expect(same.status == 0, "\(same.stdout)")
+        try await connection.executeUnsafeRawSQL("""
+            ALTER TABLE events ALTER COLUMN notes SET STATISTICS 500;
+            ALTER TABLE events ALTER COLUMN notes SET STORAGE EXTERNAL;
+            REVOKE DELETE ON users FROM CURRENT_USER;
+            """)
+        let verify = try await bbmigrate("verify", "--url", database.connectionString, "--dir", repositoryMigrations.path)
+        #expect(verify.status == 1)
+        #expect(verify.stdout.contains("column events.notes: statistics target differs"), "\(verify.stdout)")
+        #expect(verify.stdout.contains("column events.notes: storage differs"), "\(verify.stdout)")
+        #expect(verify.stdout.contains("grants on table users to its owner differ (expected: the default (all); found: INSERT, MAINTAIN") || verify.stdout.contains("grants on table users to its owner differ (expected: the default (all); found: INSERT, REFERENCES"), "\(verify.stdout)")
+        // The dump shows them too, so a schema file in review does.
+        let dump = try await bbmigrate("dump", "--url", database.connectionString)
+        #expect(dump.stdout.contains("ALTER TABLE events ALTER COLUMN notes SET STATISTICS 500;"), "\(dump.stdout.suffix(2000))")
+        #expect(dump.stdout.contains("ALTER TABLE events ALTER COLUMN notes SET STORAGE EXTERNAL;"))
+        #expect(dump.stdout.contains("-- the owner's own privileges on table users, not the default: INSERT"))
+    }
+
     @Test func aChangedFileIsCaughtLineEndingsAreNotAChangeAndRepairRecordsWhy() async throws {
         let (database, connection) = try await emptyDatabase()
         let folder = try MigrationFolder(copyingRepository: true)
