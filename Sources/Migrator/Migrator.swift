@@ -127,7 +127,7 @@ public struct Migrator: Sendable {
             let hasHistory = try await MigrationHistory.exists(connection)
             // Read the history only now that the lock is ours.
             let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
-            let plan = try await plan(entries, files: files, target: target, connection: connection)
+            let plan = try await filesToApply(entries, files: files, target: target, connection: connection)
             try await MigrationHistory.createOrUpgrade(connection, exists: hasHistory)
             var applied: [AppliedMigration] = []
             for planned in plan {
@@ -152,7 +152,7 @@ public struct Migrator: Sendable {
         let connection = try await connect()
         defer { Task { await connection.close() } }
         let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(connection))
-        return try await plan(entries, files: files, target: target, connection: connection)
+        return try await filesToApply(entries, files: files, target: target, connection: connection)
     }
 
     private func checkTarget(_ target: Int?, in files: [MigrationFile]) throws {
@@ -163,7 +163,7 @@ public struct Migrator: Sendable {
 
     /// Which files to apply, refusing changed, missing and (unless allowed) out-of-order ones,
     /// and checking every file to apply before any of them runs.
-    private func plan(_ entries: [MigrationEntry], files: [MigrationFile], target: Int?, connection: PostgresConnection) async throws -> [PlannedMigration] {
+    func filesToApply(_ entries: [MigrationEntry], files: [MigrationFile], target: Int?, connection: PostgresConnection) async throws -> [PlannedMigration] {
         if !entries.contains(where: { $0.state == .applied || $0.state == .changed || $0.state == .missing }) {
             let objects = try await connection.fetchValue(Int.self, """
                 SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

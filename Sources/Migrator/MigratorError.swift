@@ -14,6 +14,7 @@ import Postgres
 /// | 5 | a migration failed; nothing of the failing file was applied (files before it were) |
 /// | 6 | partially applied: a `-- bbmigrate:no-transaction` file stopped after some of its statements ran; a rerun resumes |
 /// | 7 | verify incomplete: checksums and pending files are fine, but the schema comparison could not run (the reason is printed) |
+/// | 8 | `plan --fail-on` found what it was told to fail on (a rewrite, a scan, a lock that blocks writes) |
 ///
 /// ```swift
 /// exit(MigrationExitCode.lockTimeout.rawValue)
@@ -27,6 +28,7 @@ public enum MigrationExitCode: Int32, Sendable, CaseIterable, Codable {
     case migrationFailed = 5
     case partiallyApplied = 6
     case verifyIncomplete = 7
+    case planFoundRisk = 8
 
     /// One line for help texts and the README.
     public var meaning: String {
@@ -39,6 +41,7 @@ public enum MigrationExitCode: Int32, Sendable, CaseIterable, Codable {
         case .migrationFailed: "a migration failed; nothing of that file was applied"
         case .partiallyApplied: "a no-transaction file stopped partway; run up again to resume"
         case .verifyIncomplete: "verify could not compare the schema (reason printed); the rest passed"
+        case .planFoundRisk: "plan found what --fail-on names (a rewrite, a scan, or a lock that blocks writes, on a large table)"
         }
     }
 }

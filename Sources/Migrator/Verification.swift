@@ -122,7 +122,7 @@ extension Migrator {
                 case .skipped(let reason):
                     report.schemaSkippedReason = reason
                     return report
-                case .compared(let differences):
+                case .done(let differences):
                     drift = differences
                 }
                 report.comparedWith = "a scratch database built from the applied migrations"
@@ -133,25 +133,25 @@ extension Migrator {
         }
     }
 
-    /// The server where scratch databases are built.
-    private func scratchServer(_ verifyOptions: VerifyOptions) -> PostgresConfiguration {
-        var server = verifyOptions.scratch ?? configuration
-        server.applicationName = "bbmigrate"
-        server.statementCacheCapacity = 0
-        return server
-    }
-
-    private enum ScratchComparison {
-        case compared([String])
+    enum ScratchOutcome<T: Sendable>: Sendable {
+        case done(T)
         case skipped(String)
     }
 
-    /// The drift lines; or why no scratch database could be built (no CREATEDB, the scratch
-    /// server unreachable, CREATE DATABASE refused), so the rest of the report still stands.
-    private func scratchDifferences(files: [MigrationFile], live: PostgresConnection, options verifyOptions: VerifyOptions) async throws -> ScratchComparison {
-        let server = scratchServer(verifyOptions)
-        let who = verifyOptions.scratch == nil ? "the migration user" : "the --scratch-url user"
-        let alternatives = "pass --scratch-url for a server where a scratch database can be built, or --schema-file schema.sql (written by bbmigrate dump)"
+    /// Builds a scratch database on `server` (the target's server unless `--scratch-url`)
+    /// from `files`, hands `body` its configuration, and drops it afterwards (a scratch database
+    /// a killed run left is dropped by the next). Skipped, with the reason, where no scratch
+    /// database can be made (no CREATEDB, the server unreachable, CREATE DATABASE refused, a
+    /// server of another major version).
+    func withScratchDatabase<T: Sendable>(
+        files: [MigrationFile], live: PostgresConnection, scratch: PostgresConfiguration?, purpose: String,
+        _ body: (PostgresConfiguration) async throws -> T
+    ) async throws -> ScratchOutcome<T> {
+        var server = scratch ?? configuration
+        server.applicationName = "bbmigrate"
+        server.statementCacheCapacity = 0
+        let who = scratch == nil ? "the migration user" : "the --scratch-url user"
+        let alternatives = "pass --scratch-url for a server where a scratch database can be built"
         let admin: PostgresConnection
         do {
             admin = try await PostgresConnection.connect(server)
@@ -162,12 +162,12 @@ extension Migrator {
         defer { Task { await admin.close() } }
         let mayCreate = try await admin.fetchValue(Bool.self, "SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user") ?? false
         guard mayCreate else {
-            return .skipped("\(who) may not create databases (no CREATEDB), so no scratch database could be built to compare with; " + alternatives)
+            return .skipped("\(who) may not create databases (no CREATEDB), so no scratch database could be built \(purpose); " + alternatives)
         }
         let liveVersion = await live.serverVersion / 10_000
         let scratchVersion = await admin.serverVersion / 10_000
         guard liveVersion == scratchVersion else {
-            return .skipped("the scratch server runs PostgreSQL \(scratchVersion) and this database \(liveVersion); their catalogs would differ for reasons that are not drift; " + alternatives)
+            return .skipped("the scratch server runs PostgreSQL \(scratchVersion) and this database \(liveVersion); what one does the other may not; " + alternatives)
         }
         let prefix = Self.scratchPrefix(for: try await live.fetchValue(String.self, "SELECT current_database()::text") ?? "")
         await dropAbandonedScratchDatabases(admin, prefix: prefix)
@@ -191,16 +191,29 @@ extension Migrator {
             } catch let error as MigratorError {
                 throw MigratorError.verification("the migration files do not apply cleanly to an empty database: \(error.message)", fix: error.fix)
             }
-            let scratchConnection = try await PostgresConnection.connect(scratchConfiguration)
-            let expected = try await SchemaSnapshot.capture(scratchConnection, ignoring: verifyOptions.ignore)
-            await scratchConnection.close()
-            let actual = try await SchemaSnapshot.capture(live, ignoring: verifyOptions.ignore)
+            let value = try await body(scratchConfiguration)
             try await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
-            return .compared(expected.differences(from: actual))
+            return .done(value)
         } catch {
             _ = try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")
             throw error
         }
+    }
+
+    /// The drift lines; or why no scratch database could be built, so the rest of the report
+    /// still stands.
+    private func scratchDifferences(files: [MigrationFile], live: PostgresConnection, options verifyOptions: VerifyOptions) async throws -> ScratchOutcome<[String]> {
+        let outcome = try await withScratchDatabase(files: files, live: live, scratch: verifyOptions.scratch, purpose: "to compare with") { scratchConfiguration in
+            let scratchConnection = try await PostgresConnection.connect(scratchConfiguration)
+            let expected = try await SchemaSnapshot.capture(scratchConnection, ignoring: verifyOptions.ignore)
+            await scratchConnection.close()
+            let actual = try await SchemaSnapshot.capture(live, ignoring: verifyOptions.ignore)
+            return expected.differences(from: actual)
+        }
+        if case .skipped(let reason) = outcome {
+            return .skipped(reason + ", or --schema-file schema.sql (written by bbmigrate dump)")
+        }
+        return outcome
     }
 
     /// Scratch databases of this live database left by a verify that was killed: nobody is

@@ -18,7 +18,7 @@ struct BBMigrate: AsyncParsableCommand {
 
             Results go to stdout (--json for machines, on success and failure alike), progress and errors to stderr.
             """,
-        subcommands: [UpCommand.self, StatusCommand.self, VerifyCommand.self, DumpCommand.self, NewCommand.self,
+        subcommands: [UpCommand.self, PlanCommand.self, StatusCommand.self, VerifyCommand.self, DumpCommand.self, NewCommand.self,
                       BaselineCommand.self, RepairCommand.self, EmbeddedCommand.self]
     )
 
