@@ -16,6 +16,8 @@ public actor ExportLimiter {
     private var running: [UInt64: (user: UUID, handoff: ChunkHandoff)] = [:]
     private var nextTicket: UInt64 = 0
     private var closed = false
+    /// Who waits in `shutDown()` for the running exports to end, by wait id.
+    private var drainWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
 
     public init(perUser: Int = 2, total: Int = 8) {
         self.perUser = max(1, perUser)
@@ -48,12 +50,32 @@ public actor ExportLimiter {
         guard let entry = running.removeValue(forKey: ticket) else { return }
         byUser[entry.user, default: 1] -= 1
         if byUser[entry.user] == 0 { byUser[entry.user] = nil }
+        if running.isEmpty {
+            for waiter in drainWaiters.values { waiter.resume() }
+            drainWaiters.removeAll()
+        }
     }
 
-    /// Refuses new exports and ends the running ones (their responses are cut off).
+    /// Refuses new exports, ends the running ones (their responses are cut off), and returns
+    /// once each has stopped reading from the store, so the pool can close after it (or when
+    /// the calling task is cancelled: the group's shutdown limit).
     public func shutDown() async {
         closed = true
         for entry in running.values { await entry.handoff.cancel(ExportEnded()) }
+        guard !running.isEmpty else { return }
+        nextTicket += 1
+        let id = nextTicket
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if running.isEmpty || Task.isCancelled { continuation.resume() } else { drainWaiters[id] = continuation }
+            }
+        } onCancel: {
+            Task { await self.stopWaiting(id) }
+        }
+    }
+
+    private func stopWaiting(_ id: UInt64) {
+        drainWaiters.removeValue(forKey: id)?.resume()
     }
 }
 
