@@ -13,7 +13,10 @@ spinners=$((cores + ${LOAD_EXTRA:-0}))
 mkdir -p .build/load-runs
 pids=()
 stop_load() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done; pids=(); }
-trap stop_load EXIT INT TERM
+# Ctrl-C or a kill stops the load and the runs (a trap that only stopped the load let the
+# next run start).
+trap stop_load EXIT
+trap 'stop_load; exit 130' INT TERM
 
 passed=0
 for run in $(seq 1 "$runs"); do
