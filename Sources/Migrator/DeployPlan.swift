@@ -100,6 +100,21 @@ public struct DeployPlan: Sendable, Codable {
         case rewrite
         case scan
         case blocksWrites = "blocks-writes"
+        /// A statement of the app (`--app-statements`) that PostgreSQL accepted before the
+        /// pending files and refuses after them (a column it reads was dropped or renamed).
+        case breaksApp = "breaks-app"
+    }
+
+    /// One of the app's statements that the pending files break, or that could not be checked.
+    public struct AppStatement: Sendable, Codable {
+        /// `app.sql:12`
+        public var location: String
+        public var statement: String
+        /// PostgreSQL's error after the pending files (or before them, for `checkable == false`).
+        public var error: String
+        /// False when PostgreSQL refused it before the pending files too (a parameter whose
+        /// type it cannot infer, a statement for another schema): it was not checked.
+        public var checkable: Bool
     }
 
     /// One pending statement, as measured.
@@ -142,6 +157,10 @@ public struct DeployPlan: Sendable, Codable {
     /// The target, as messages name it.
     public var target: String
     public var statements: [Statement]
+    /// The app's statements the pending files break, and those that could not be checked.
+    public var appStatements: [AppStatement] = []
+    /// How many of the app's statements were checked.
+    public var appStatementsChecked = 0
 
     /// The findings on tables of at least `largeTableRows` rows in the target (a table the
     /// pending migrations create counts as empty): a rewrite; a scan that validates in place
@@ -168,6 +187,12 @@ public struct DeployPlan: Sendable, Codable {
                         why: "blocks \(lock.blocks.rawValue) on \(item.table.name) (\(Self.modeName(lock.mode))) during \(Self.workPhrase(item.kind)) of \(item.table.description)"))
                 }
             }
+        }
+        for app in appStatements where app.checkable {
+            let parts = app.location.split(separator: ":")
+            findings.append(Finding(
+                risk: .breaksApp, file: parts.dropLast().joined(separator: ":"), line: Int(parts.last ?? "") ?? 0,
+                table: TableSize(name: "", rows: nil, bytes: nil), why: "the app's statement \(app.statement) fails after the pending files: \(app.error)"))
         }
         return findings
     }
@@ -236,6 +261,15 @@ public struct DeployPlan: Sendable, Codable {
             let quiet = file.statements.count - notable.count
             if quiet > 0 {
                 lines.append("  \(notable.isEmpty ? "" : "and ")\(quiet) statement(s) that lock no existing table (new objects, functions, comments): safe")
+            }
+        }
+        if appStatementsChecked > 0 || !appStatements.isEmpty {
+            lines.append("")
+            let broken = appStatements.filter(\.checkable)
+            lines.append("The app's statements: \(appStatementsChecked) checked, \(broken.count) fail after the pending files")
+            for app in broken { lines.append("  \(app.location): \(app.statement)\n    \(app.error)") }
+            for app in appStatements where !app.checkable {
+                lines.append("  \(app.location): not checked, PostgreSQL refuses it already: \(app.error)")
             }
         }
         let findings = findings(largeTableRows: largeTableRows)

@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 public import Postgres
 
 extension Migrator {
@@ -8,11 +8,16 @@ extension Migrator {
     /// target's catalog. The target is only read (no lock a query of the app would wait for),
     /// and a transaction pooler is refused as `up` refuses it.
     ///
+    /// `appStatements` (a file of the app's statements, `$1`-style parameters allowed) are
+    /// prepared before and after the pending files: one that PostgreSQL accepted before and
+    /// refuses after (a column it reads was dropped) is a finding.
+    ///
     /// ```swift
     /// let plan = try await migrator.plan()
     /// print(plan.text(largeTableRows: 100_000))
     /// ```
-    public func plan(to target: Int? = nil, scratch: PostgresConfiguration? = nil) async throws -> DeployPlan {
+    public func plan(to target: Int? = nil, scratch: PostgresConfiguration? = nil, appStatements: URL? = nil) async throws -> DeployPlan {
+        let app = try appStatements.map(AppStatements.load)
         let files = try files()
         let session = try await MigrationSession.open(configuration, target: targetDescription, detectPooler: options.detectPooler)
         defer { Task { await session.close() } }
@@ -28,15 +33,29 @@ extension Migrator {
             ) { scratchConfiguration in
                 let connection = try await PostgresConnection.connect(scratchConfiguration)
                 defer { Task { await connection.close() } }
+                let refusedBefore = try await app?.refused(on: connection) ?? [:]
                 var statements: [DeployPlan.Statement] = []
                 for planned in pending {
                     statements += try await measure(planned, on: connection, sizes: sizes)
                 }
-                return statements
+                var plan = DeployPlan(target: targetDescription, statements: statements)
+                if let app {
+                    let refusedAfter = try await app.refused(on: connection)
+                    plan.appStatementsChecked = app.statements.count - refusedBefore.count
+                    for (index, statement) in app.statements.enumerated() {
+                        let location = "\(app.name):\(statement.line)"
+                        if let error = refusedBefore[index] {
+                            plan.appStatements.append(.init(location: location, statement: statement.excerpt, error: error, checkable: false))
+                        } else if let error = refusedAfter[index] {
+                            plan.appStatements.append(.init(location: location, statement: statement.excerpt, error: error, checkable: true))
+                        }
+                    }
+                }
+                return plan
             }
             switch outcome {
-            case .done(let statements):
-                return DeployPlan(target: targetDescription, statements: statements)
+            case .done(let plan):
+                return plan
             case .skipped(let reason):
                 throw MigratorError.configuration("plan needs a scratch database to run the pending files in, and \(reason)", fix: "pass --scratch-url with a server of the same major version where this user may CREATE DATABASE")
             }
@@ -92,6 +111,41 @@ extension Migrator {
         } catch let error as PostgresError {
             throw locate(error, in: file, statement: statement, partially: false)
         }
+    }
+}
+
+/// The app's statements, from a file (`--app-statements`), checked by preparing each.
+struct AppStatements: Sendable {
+    let name: String
+    let statements: [SQLScript.Statement]
+
+    static func load(_ url: URL) throws -> AppStatements {
+        let text: String
+        do {
+            text = try String(contentsOf: url, encoding: .utf8)
+        } catch {
+            throw MigratorError.configuration("cannot read --app-statements \(url.path): \(error.localizedDescription)", fix: "pass a readable UTF-8 file of the app's SQL statements, separated by semicolons")
+        }
+        do {
+            return AppStatements(name: url.lastPathComponent, statements: try SQLScript.statements(in: text))
+        } catch {
+            throw MigratorError.configuration("--app-statements \(url.lastPathComponent):\(error.line): \(error.message)", fix: "fix the file; it holds SQL statements separated by semicolons")
+        }
+    }
+
+    /// The statements PostgreSQL refuses to prepare on `connection`, by index, with its error.
+    func refused(on connection: PostgresConnection) async throws -> [Int: String] {
+        var refused: [Int: String] = [:]
+        for (index, statement) in statements.enumerated() {
+            do {
+                // PREPARE parses and plans without running: a missing column or table is an error here.
+                _ = try await connection.executeUnsafeRawSQL("PREPARE bbmigrate_app_check AS " + statement.text)
+                _ = try await connection.executeUnsafeRawSQL("DEALLOCATE bbmigrate_app_check")
+            } catch let error as PostgresError {
+                refused[index] = error.message
+            }
+        }
+        return refused
     }
 }
 

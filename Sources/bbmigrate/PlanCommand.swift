@@ -15,7 +15,10 @@ struct PlanCommand: AsyncParsableCommand {
             target's catalog (reltuples, relpages). The target itself is only read: nothing is changed or \
             locked there, and a transaction pooler is refused as up refuses it.
 
-            For CI: --fail-on rewrite,scan,blocks-writes exits 8 when a pending statement rewrites a table, \
+            --app-statements app.sql prepares the app's statements before and after the pending files: one \
+            that worked before and fails after (a dropped column it still reads) is a breaks-app finding.
+
+            For CI: --fail-on rewrite,scan,blocks-writes,breaks-app exits 8 when a pending statement rewrites a table, \
             scans it to validate while writes wait, or blocks writes while doing work proportional to its size, \
             on a table of at least --large-table-rows rows (100000). A brief change of the catalog under a \
             strong lock is reported, with advice, but does not fail. Other exit codes are up's.
@@ -29,6 +32,8 @@ struct PlanCommand: AsyncParsableCommand {
     var failOn: [String] = []
     @Option(name: .customLong("large-table-rows"), help: "The size from which a table counts for --fail-on, in rows.")
     var largeTableRows: Int64 = 100_000
+    @Option(name: .customLong("app-statements"), help: "A file of the app's SQL statements ($1 parameters allowed): each one the pending files break is a finding (breaks-app).")
+    var appStatements: String?
     @Flag(name: .customLong("allow-out-of-order"), help: "Plan pending files older than the newest applied one too.") var allowOutOfOrder = false
 
     struct Output: Encodable {
@@ -38,6 +43,7 @@ struct PlanCommand: AsyncParsableCommand {
         var largeTableRows: Int64
         var failOn: [DeployPlan.Risk]
         var statements: [DeployPlan.Statement]
+        var appStatements: [DeployPlan.AppStatement]
         var findings: [DeployPlan.Finding]
     }
 
@@ -49,13 +55,14 @@ struct PlanCommand: AsyncParsableCommand {
                 throw MigratorError.configuration("--large-table-rows must be 0 or more", fix: "pass a number of rows, for example --large-table-rows 100000")
             }
             let migrator = try await target.migrator(allowOutOfOrder: allowOutOfOrder)
-            let plan = try await migrator.plan(to: version, scratch: scratchURL.map { PostgresConfiguration($0) })
+            let plan = try await migrator.plan(to: version, scratch: scratchURL.map { PostgresConfiguration($0) },
+                                               appStatements: appStatements.map { URL(fileURLWithPath: $0) })
             let findings = plan.findings(largeTableRows: largeTableRows)
             let failing = findings.filter { risks.contains($0.risk) }
             code = failing.isEmpty ? .ok : .planFoundRisk
             if target.json {
                 printJSON(Output(ok: failing.isEmpty, exitCode: code.rawValue, target: plan.target, largeTableRows: largeTableRows,
-                                 failOn: risks, statements: plan.statements, findings: findings))
+                                 failOn: risks, statements: plan.statements, appStatements: plan.appStatements, findings: findings))
                 return
             }
             print(plan.text(largeTableRows: largeTableRows))
@@ -71,7 +78,7 @@ struct PlanCommand: AsyncParsableCommand {
         return try names.map { name in
             guard let risk = DeployPlan.Risk(rawValue: name) else {
                 throw MigratorError.configuration("--fail-on \(name): not one of \(DeployPlan.Risk.allCases.map(\.rawValue).joined(separator: ", "))",
-                                                  fix: "pass --fail-on rewrite,scan,blocks-writes (any of them)")
+                                                  fix: "pass --fail-on rewrite,scan,blocks-writes,breaks-app (any of them)")
             }
             return risk
         }

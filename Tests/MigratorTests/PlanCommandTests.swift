@@ -152,6 +152,32 @@ import Testing
         #expect(text.contains("move this statement to a later migration file"), "\(text)")
     }
 
+    /// A column the app still reads, dropped by a pending file: the app's statement that
+    /// worked before and fails after is a breaks-app finding; one that reads other columns is
+    /// fine; one PostgreSQL refuses already is said to be unchecked, not blamed on the files.
+    @Test func aDroppedColumnTheAppStillReadsIsAFinding() async throws {
+        let (database, _, folder) = try await Self.bigDatabase(pending: [("drop_note", "ALTER TABLE big DROP COLUMN note;")])
+        // Beside the migrations, not among them (a .sql file there must be a migration).
+        let app = try MigrationFolder().url.appendingPathComponent("app.sql")
+        try Data("""
+            SELECT id, note FROM big WHERE parent_id = $1;
+            -- reads other columns only
+            SELECT id, v FROM big WHERE id = $1;
+            SELECT nothing FROM nowhere;
+
+            """.utf8).write(to: app)
+        let result = try await bbmigrate("plan", "--url", database.connectionString, "--dir", folder.path, "--app-statements", app.path, "--fail-on", "breaks-app")
+        #expect(result.status == 8, "\(result.stdout)\(result.stderr)")
+        #expect(result.stdout.contains("The app's statements: 2 checked, 1 fail after the pending files"), "\(result.stdout)")
+        #expect(result.stdout.contains("app.sql:1: SELECT id, note FROM big WHERE parent_id = $1\n    column \"note\" does not exist"), "\(result.stdout)")
+        #expect(result.stdout.contains("app.sql:4: not checked, PostgreSQL refuses it already: relation \"nowhere\" does not exist"), "\(result.stdout)")
+        #expect(!result.stdout.contains("app.sql:3"))
+        // Without the drop, nothing breaks.
+        try FileManager.default.removeItem(at: folder.url.appendingPathComponent("0002_drop_note.sql"))
+        try folder.write("0002_add.sql", "ALTER TABLE big ADD COLUMN mood text;")
+        #expect(try await bbmigrate("plan", "--url", database.connectionString, "--dir", folder.path, "--app-statements", app.path, "--fail-on", "breaks-app").status == 0)
+    }
+
     /// --fail-on exits 8 on what it names, on tables at or above --large-table-rows; 0 below.
     @Test func failOnExitsEightOnLargeTablesOnly() async throws {
         let (database, _, folder) = try await Self.bigDatabase(pending: [("index", "CREATE INDEX big_v ON big (v);")])
