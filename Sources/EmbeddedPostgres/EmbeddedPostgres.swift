@@ -396,6 +396,10 @@ public struct EmbeddedPostgres: Sendable {
         let socketFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socketFD >= 0 else { return false }
         defer { close(socketFD) }
+        // As PostgreSQL binds: connections of the last run lingering in TIME_WAIT do not make
+        // the port busy.
+        var reuse: Int32 = 1
+        setsockopt(socketFD, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
         return onLoopback(port: port) { bind(socketFD, $0, $1) } == 0
     }
 

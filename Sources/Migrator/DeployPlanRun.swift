@@ -26,6 +26,7 @@ extension Migrator {
             let entries = MigrationEntry.reconcile(files: files, history: try await MigrationHistory.read(live))
             let pending = try await filesToApply(entries, files: files, target: target, connection: live)
             guard !pending.isEmpty else { return DeployPlan(target: targetDescription, statements: []) }
+            if scratch == nil { try Self.refuseServerWideStatements(in: pending) }
             let sizes = try await TableSizes.read(live)
             let applied = Set(entries.filter { $0.state == .applied || $0.state == .changed }.map(\.version))
             let outcome = try await withScratchDatabase(
@@ -34,9 +35,16 @@ extension Migrator {
                 let connection = try await PostgresConnection.connect(scratchConfiguration)
                 defer { Task { await connection.close() } }
                 let refusedBefore = try await app?.refused(on: connection) ?? [:]
+                // The scratch database has the target's schema now: its tables, by oid, are the
+                // target's (a later rename keeps the oid, so the size stays with the table).
+                let targetTables = try await CatalogState.read(connection).relations.compactMapValues { relation in
+                    ["r", "p", "m"].contains(relation.kind) ? sizes.byName[relation.name] : nil
+                }
                 var statements: [DeployPlan.Statement] = []
                 for planned in pending {
-                    statements += try await measure(planned, on: connection, sizes: sizes)
+                    statements += try await measure(planned, on: connection, targetTables: targetTables)
+                    // As up does after every file: nothing a file SET reaches the next.
+                    try await connection.executeUnsafeRawSQL(MigrationSession.resetSQL)
                 }
                 var plan = DeployPlan(target: targetDescription, statements: statements)
                 if let app {
@@ -64,9 +72,36 @@ extension Migrator {
         }
     }
 
+    /// Statements whose effect reaches past the scratch database, to the whole server (roles,
+    /// other databases, tablespaces, the server's configuration): with the scratch database on
+    /// the target's server, running them would do it for real. Refused before anything runs.
+    /// (Statements inside DO blocks and functions are not looked into.)
+    static func refuseServerWideStatements(in pending: [PlannedMigration]) throws {
+        for planned in pending {
+            for statement in planned.statements {
+                let words = statement.words
+                let serverWide: Bool = switch (words.first, words.dropFirst().first) {
+                case ("CREATE", "ROLE"), ("CREATE", "USER"), ("CREATE", "GROUP"), ("ALTER", "ROLE"), ("ALTER", "USER"), ("ALTER", "GROUP"),
+                     ("DROP", "ROLE"), ("DROP", "USER"), ("DROP", "GROUP"), ("CREATE", "DATABASE"), ("ALTER", "DATABASE"), ("DROP", "DATABASE"),
+                     ("ALTER", "SYSTEM"), ("CREATE", "TABLESPACE"), ("ALTER", "TABLESPACE"), ("DROP", "TABLESPACE"):
+                    true
+                case ("GRANT", _), ("REVOKE", _):
+                    !words.contains("ON") // a role's membership, not a privilege on an object
+                default:
+                    false
+                }
+                if serverWide {
+                    throw MigratorError.configuration(
+                        "\(planned.file.fileName):\(statement.line): \(statement.excerpt) changes the whole server, not one database; plan runs the pending files in a scratch database on the target's server, where this would happen for real",
+                        fix: "pass --scratch-url with a server of its own for the scratch database (a throwaway cluster of the same major version), or plan up to the file before (--to)")
+                }
+            }
+        }
+    }
+
     /// Runs one file's statements on the scratch database as `up` would (in one transaction
     /// unless the file says otherwise), observing each.
-    private func measure(_ planned: PlannedMigration, on connection: PostgresConnection, sizes: TableSizes) async throws -> [DeployPlan.Statement] {
+    private func measure(_ planned: PlannedMigration, on connection: PostgresConnection, targetTables: [Int64: DeployPlan.TableSize]) async throws -> [DeployPlan.Statement] {
         let file = planned.file
         var measured: [DeployPlan.Statement] = []
         do {
@@ -75,7 +110,9 @@ extension Migrator {
                     let before = try await CatalogState.read(connection)
                     try await run(statement, of: file, on: connection)
                     let after = try await CatalogState.read(connection)
-                    measured.append(Observation(statement: statement, file: file, before: before, after: after, heldBefore: [], heldAfter: [], takenAt: [:], sizes: sizes).result)
+                    measured.append(Observation(
+                        statement: statement, file: file, before: before, after: after, heldBefore: [], heldAfter: [], takenAt: [:],
+                        namedTable: nil, targetTables: targetTables).result)
                 }
             } else {
                 measured = try await connection.transaction { connection in
@@ -85,13 +122,14 @@ extension Migrator {
                     var takenAt: [HeldLock: Int] = [:]
                     for statement in planned.statements {
                         let before = try await CatalogState.read(connection)
+                        let namedTable = try await CatalogState.oid(of: Observation.namedTable(in: statement), on: connection)
                         try await run(statement, of: file, on: connection)
                         let after = try await CatalogState.read(connection)
                         let heldAfter = try await CatalogState.heldLocks(connection)
                         for lock in heldAfter where takenAt[lock] == nil { takenAt[lock] = statement.line }
                         results.append(Observation(
                             statement: statement, file: file, before: before, after: after, heldBefore: held, heldAfter: heldAfter,
-                            takenAt: takenAt, sizes: sizes).result)
+                            takenAt: takenAt, namedTable: namedTable, targetTables: targetTables).result)
                         held = heldAfter
                     }
                     return results
@@ -214,6 +252,13 @@ struct CatalogState: Sendable {
         return CatalogState(relations: relations)
     }
 
+    /// The oid of the relation `name` names, as written in SQL (quotes, case folding and the
+    /// search path as the server applies them); nil for none.
+    static func oid(of name: String?, on connection: PostgresConnection) async throws -> Int64? {
+        guard let name else { return nil }
+        return try await connection.fetchValue(Int64.self, "SELECT to_regclass(\(name))::oid::int8")
+    }
+
     /// The table locks this session holds: (relation oid, mode).
     static func heldLocks(_ connection: PostgresConnection) async throws -> Set<HeldLock> {
         let rows = try await connection.query("""
@@ -243,7 +288,10 @@ struct Observation {
     let heldBefore: Set<HeldLock>
     let heldAfter: Set<HeldLock>
     let takenAt: [HeldLock: Int]
-    let sizes: TableSizes
+    /// The table the statement names (ALTER TABLE, CREATE INDEX … ON, …), resolved before it ran.
+    let namedTable: Int64?
+    /// The target's tables, by their oid in the scratch database, with their size.
+    let targetTables: [Int64: DeployPlan.TableSize]
 
     /// Lock modes from weakest to strongest.
     static let strength = [
@@ -257,21 +305,23 @@ struct Observation {
         var work: [DeployPlan.WorkItem] = []
         var worked = Set<Int64>()
         // Tables the target has (a table an earlier pending file creates is new there: what
-        // happens to it cannot touch the app).
-        let tables = before.relations.filter { ["r", "p", "m"].contains($0.value.kind) && sizes.byName[$0.value.name] != nil }
+        // happens to it cannot touch the app), by oid: a rename keeps the size with the table.
+        let tables = targetTables
         // A rewrite: a table's file changed (TRUNCATE also gives a new file, but copies nothing).
         if words.first != "TRUNCATE" {
             for (oid, table) in tables.sorted(by: { $0.value.name < $1.value.name }) {
-                if let now = after.relations[oid], table.fileNode != 0, now.fileNode != table.fileNode {
-                    work.append(.init(kind: .rewrite, table: sizes.size(of: table.name)))
+                if let old = before.relations[oid], let now = after.relations[oid], old.fileNode != 0, now.fileNode != old.fileNode {
+                    work.append(.init(kind: .rewrite, table: table))
                     worked.insert(oid)
                 }
             }
         }
-        // An index built on a table that existed before.
-        for (oid, index) in after.relations where before.relations[oid] == nil && ["i", "I"].contains(index.kind) {
-            if let table = tables[index.indexOf], !worked.contains(index.indexOf) {
-                work.append(.init(kind: .indexBuild, table: sizes.size(of: table.name)))
+        // An index built on a table the target has: a new index, or one given a new file
+        // (REINDEX).
+        for (oid, index) in after.relations.sorted(by: { $0.key < $1.key }) where ["i", "I"].contains(index.kind) {
+            let rebuilt = before.relations[oid].map { $0.fileNode != 0 && $0.fileNode != index.fileNode } ?? true
+            if rebuilt, let table = tables[index.indexOf], !worked.contains(index.indexOf) {
+                work.append(.init(kind: .indexBuild, table: table))
                 worked.insert(index.indexOf)
             }
         }
@@ -279,8 +329,8 @@ struct Observation {
         // table anyway).
         if !file.runsOutsideTransaction {
             for (oid, table) in tables.sorted(by: { $0.value.name < $1.value.name }) where !worked.contains(oid) {
-                if let now = after.relations[oid], now.scans > table.scans {
-                    work.append(.init(kind: .scan, table: sizes.size(of: table.name)))
+                if let old = before.relations[oid], let now = after.relations[oid], now.scans > old.scans {
+                    work.append(.init(kind: .scan, table: table))
                     worked.insert(oid)
                 }
             }
@@ -288,14 +338,15 @@ struct Observation {
 
         var locks: [DeployPlan.TableLock] = []
         if file.runsOutsideTransaction {
-            // Its locks are gone when it returns: what PostgreSQL documents for each.
-            let mode = upper.hasPrefix("VACUUM FULL") || upper.hasPrefix("VACUUM (FULL") ? "AccessExclusiveLock" : "ShareUpdateExclusiveLock"
-            for item in work { locks.append(.init(table: item.table, mode: mode)) }
+            // Its locks are gone when it returns: what PostgreSQL documents for each (a rewrite,
+            // VACUUM FULL however its options are written, takes ACCESS EXCLUSIVE; the
+            // concurrent forms SHARE UPDATE EXCLUSIVE).
+            for item in work { locks.append(.init(table: item.table, mode: item.kind == .rewrite ? "AccessExclusiveLock" : "ShareUpdateExclusiveLock")) }
         } else {
             // The tables this statement touches: those it newly locked, those it works on, and
             // the one it names (its lock may be held already, from an earlier line of the file).
             var touched = Set(heldAfter.subtracting(heldBefore).map(\.relation)).union(worked)
-            if let named = namedTable, let oid = tables.first(where: { $0.value.name == named })?.key { touched.insert(oid) }
+            if let namedTable { touched.insert(namedTable) }
             // On each, the strongest lock the file holds while this statement runs.
             var strongest: [Int64: HeldLock] = [:]
             for lock in heldAfter where tables[lock.relation] != nil && touched.contains(lock.relation) {
@@ -306,7 +357,7 @@ struct Observation {
             for (relation, lock) in strongest.sorted(by: { (tables[$0.key]?.name ?? "") < (tables[$1.key]?.name ?? "") }) {
                 guard let table = tables[relation] else { continue }
                 let line = takenAt[lock].flatMap { $0 == statement.line ? nil : $0 }
-                locks.append(.init(table: sizes.size(of: table.name), mode: lock.mode, heldSinceLine: line))
+                locks.append(.init(table: table, mode: lock.mode, heldSinceLine: line))
             }
         }
         let blocked = Set(locks.filter { $0.blocks != .nothingTheAppRuns }.map(\.table.name))
@@ -316,10 +367,12 @@ struct Observation {
             locks: locks, work: work, safe: safe, advice: advice(upper: upper, work: work, locks: locks))
     }
 
-    /// The table an ALTER TABLE, CREATE INDEX … ON, VACUUM FULL or CLUSTER names, as the
-    /// catalog state names it (`big`, `audit.log`).
-    var namedTable: String? {
-        let tokens = statement.excerpt.split(separator: " ").map(String.init)
+    /// The table an ALTER TABLE, CREATE INDEX … ON, VACUUM FULL or CLUSTER names, as written
+    /// (`big`, `"Audit".log`): the server resolves it (`to_regclass`).
+    static func namedTable(in statement: SQLScript.Statement) -> String? {
+        // From the first word on (the text may start with a /* comment */).
+        var tokens = statement.text.split(whereSeparator: \.isWhitespace).map(String.init)
+        if let first = statement.words.first, let start = tokens.firstIndex(where: { $0.uppercased() == first }) { tokens.removeFirst(start) }
         let upper = tokens.map { $0.uppercased() }
         var index: Int?
         if upper.starts(with: ["ALTER", "TABLE"]) {
@@ -334,14 +387,8 @@ struct Observation {
         guard var position = index else { return nil }
         while position < upper.count, ["IF", "EXISTS", "ONLY"].contains(upper[position]) { position += 1 }
         guard position < tokens.count else { return nil }
-        let raw = tokens[position].prefix { $0 != "(" && $0 != ";" && $0 != "," }
-        let parts = raw.split(separator: ".").map { part -> String in
-            part.hasPrefix("\"") ? String(part.dropFirst().dropLast()) : part.lowercased()
-        }
-        guard let table = parts.last, !table.isEmpty else { return nil }
-        let schema = parts.count > 1 ? parts[parts.count - 2] : "public"
-        let quoted = table.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "_" } ? table : "\"" + table.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-        return schema == "public" ? quoted : "\(schema).\(quoted)"
+        let name = tokens[position].prefix { $0 != "(" && $0 != ";" && $0 != "," }
+        return name.isEmpty ? nil : String(name)
     }
 
     /// The safer way to write it, where there is one.

@@ -229,7 +229,7 @@ extension Migrator {
             """).decodeColumn(String.self) else { return }
         for name in names {
             if (try? await admin.execute("DROP DATABASE IF EXISTS \(identifier: name) WITH (FORCE)")) != nil {
-                options.logger.info("dropped \(name), a scratch database left by an interrupted verify")
+                options.logger.info("dropped \(name), a scratch database left by an interrupted verify or plan")
             }
         }
     }

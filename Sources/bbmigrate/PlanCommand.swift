@@ -10,7 +10,8 @@ struct PlanCommand: AsyncParsableCommand {
         abstract: "Say which locks, rewrites and scans the pending files will cause, on tables of which size, and the safer way to write each.",
         discussion: """
             Each pending statement runs in a scratch database built from the applied migrations (on the \
-            target's server, or on --scratch-url), where its locks are read from pg_locks, a rewrite is a table \
+            target's server, or on --scratch-url; a statement that changes the whole server, such as ALTER ROLE \
+            or DROP DATABASE, needs --scratch-url), where its locks are read from pg_locks, a rewrite is a table \
             that got a new file, and a scan is a sequential scan PostgreSQL counted. Table sizes come from the \
             target's catalog (reltuples, relpages). The target itself is only read: nothing is changed or \
             locked there, and a transaction pooler is refused as up refuses it.
@@ -28,7 +29,7 @@ struct PlanCommand: AsyncParsableCommand {
     @Option(name: .customLong("to"), help: "Plan the pending files up to this version.") var version: Int?
     @Option(name: .customLong("scratch-url"), help: "Server (URL or conninfo) on which to build the scratch database; default: the target's server.")
     var scratchURL: String?
-    @Option(name: .customLong("fail-on"), help: "Exit 8 on any of: rewrite, scan, blocks-writes (repeat, or separate with commas).")
+    @Option(name: .customLong("fail-on"), help: "Exit 8 on any of: rewrite, scan, blocks-writes, breaks-app (repeat, or separate with commas).")
     var failOn: [String] = []
     @Option(name: .customLong("large-table-rows"), help: "The size from which a table counts for --fail-on, in rows.")
     var largeTableRows: Int64 = 100_000
@@ -43,6 +44,7 @@ struct PlanCommand: AsyncParsableCommand {
         var largeTableRows: Int64
         var failOn: [DeployPlan.Risk]
         var statements: [DeployPlan.Statement]
+        var appStatementsChecked: Int
         var appStatements: [DeployPlan.AppStatement]
         var findings: [DeployPlan.Finding]
     }
@@ -62,7 +64,8 @@ struct PlanCommand: AsyncParsableCommand {
             code = failing.isEmpty ? .ok : .planFoundRisk
             if target.json {
                 printJSON(Output(ok: failing.isEmpty, exitCode: code.rawValue, target: plan.target, largeTableRows: largeTableRows,
-                                 failOn: risks, statements: plan.statements, appStatements: plan.appStatements, findings: findings))
+                                 failOn: risks, statements: plan.statements, appStatementsChecked: plan.appStatementsChecked,
+                                 appStatements: plan.appStatements, findings: findings))
                 return
             }
             print(plan.text(largeTableRows: largeTableRows))

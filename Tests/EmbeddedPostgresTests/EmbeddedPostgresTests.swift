@@ -53,13 +53,20 @@ import Glibc
         defer { Task { try? await cluster.stop(immediate: true); try? FileManager.default.removeItem(at: directory) } }
         try await cluster.start()
         let first = try cluster.port()
+        // A TCP connection the server closes on stop leaves its side in TIME_WAIT: the port is
+        // still free to listen on, as PostgreSQL binds (SO_REUSEADDR).
+        let lingering = try await PostgresConnection.connect(try cluster.tcpConnectionString())
+        #expect(try await lingering.fetchValue(Int.self, "SELECT 1") == 1)
         try await cluster.stop()
+        await lingering.close()
         try await cluster.start()
         #expect(try cluster.port() == first)
         try await cluster.stop()
 
         let squatter = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(squatter) }
+        var reuse: Int32 = 1
+        setsockopt(squatter, SOL_SOCKET, SO_REUSEADDR, &reuse, socklen_t(MemoryLayout<Int32>.size))
         let bound = EmbeddedPostgres.onLoopback(port: first) { bind(squatter, $0, $1) }
         try #require(bound == 0 && listen(squatter, 1) == 0)
         try await cluster.start()
