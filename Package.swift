@@ -46,7 +46,7 @@ let package = Package(
         // initdb/pg_ctl driven throw-away or development clusters, and test databases.
         .target(name: "EmbeddedPostgres", dependencies: ["Postgres", .product(name: "Logging", package: "swift-log")]),
         // The test kit: TestPostgres, TestReplication, PgBouncer, FaultProxy, LogCapture.
-        .target(name: "PostgresTestKit", dependencies: ["Postgres", "EmbeddedPostgres", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "PostgresTestKit", dependencies: ["Postgres", "EmbeddedPostgres", "CLibPQ", .product(name: "Logging", package: "swift-log")]),
         // The migration engine: files, checksums, history, lock, drift check.
         .target(name: "Migrator", dependencies: [
             "Postgres", .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),

@@ -1,5 +1,6 @@
 public import EmbeddedPostgres
 public import Foundation
+import CLibPQ
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -78,6 +79,7 @@ public struct PgBouncer: Sendable {
             auth_type = scram-sha-256
             auth_file = \(directory.path)/userlist.txt
             pool_mode = \(mode.rawValue)
+            admin_users = \(EmbeddedPostgres.superuser)
             default_pool_size = \(poolSize)
             max_client_conn = 1000
             logfile = \(directory.path)/pgbouncer.log
@@ -120,6 +122,40 @@ public struct PgBouncer: Sendable {
         guard socketFD >= 0 else { return false }
         defer { close(socketFD) }
         return EmbeddedPostgres.onLoopback(port: port) { connect(socketFD, $0, $1) } == 0
+    }
+
+    /// The process ids of the server connections PgBouncer holds for `database` (its admin
+    /// console's `SHOW SERVERS`). A backend that ended is listed until PgBouncer has read its
+    /// end: a test that terminates backends waits for them to leave this list, rather than
+    /// racing PgBouncer to them.
+    ///
+    /// ```swift
+    /// try await waitUntil { try await bouncer.serverProcessIDs(database: name).isDisjoint(with: terminated) }
+    /// ```
+    public func serverProcessIDs(database: String) async throws -> Set<Int32> {
+        // The console speaks only the simple protocol and is not PostgreSQL (no
+        // pg_backend_pid(), nothing the wrapper checks at connect): plain libpq, on a thread of
+        // its own.
+        let url = connectionString(database: "pgbouncer")
+        return try await runOnDedicatedThread {
+            guard let connection = PQconnectdb(url) else { throw EmbeddedPostgresError("could not allocate a libpq connection") }
+            defer { PQfinish(connection) }
+            guard PQstatus(connection) == CONNECTION_OK else {
+                throw EmbeddedPostgresError("could not reach PgBouncer's admin console: " + String(cString: PQerrorMessage(connection)))
+            }
+            guard let result = PQexec(connection, "SHOW SERVERS") else { throw EmbeddedPostgresError("PgBouncer's admin console did not answer SHOW SERVERS") }
+            defer { PQclear(result) }
+            guard PQresultStatus(result) == PGRES_TUPLES_OK else {
+                throw EmbeddedPostgresError("SHOW SERVERS failed: " + String(cString: PQresultErrorMessage(result)))
+            }
+            let databaseColumn = PQfnumber(result, "database"), pidColumn = PQfnumber(result, "remote_pid")
+            guard databaseColumn >= 0, pidColumn >= 0 else { throw EmbeddedPostgresError("SHOW SERVERS has no database or remote_pid column") }
+            var pids: Set<Int32> = []
+            for row in 0..<PQntuples(result) where String(cString: PQgetvalue(result, row, databaseColumn)) == database {
+                if let pid = Int32(String(cString: PQgetvalue(result, row, pidColumn))) { pids.insert(pid) }
+            }
+            return pids
+        }
     }
 
     /// Stops pgbouncer (its watcher then removes the folder).

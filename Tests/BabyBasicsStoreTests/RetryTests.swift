@@ -71,6 +71,14 @@ import Testing
                   AND pid <> pg_backend_pid() AND backend_type = 'client backend'
                 """)
             for pid in pids { try await fixture.admin.execute("SELECT pg_terminate_backend(\(pid))") }
+            if let bouncer = try await StoreFixture.throughPgBouncer() {
+                // Through PgBouncer these were its server connections, and it drops one only once
+                // it has read its end. Until then it may hand the dead one to the next write and,
+                // when sending fails, close the client's connection without a word: the store
+                // cannot tell that from a write lost after sending, and rightly answers "may or may
+                // not have been saved". What is shown here is the pool's part: once PgBouncer knows.
+                try await waitUntil { try await bouncer.serverProcessIDs(database: fixture.database.name).isDisjoint(with: pids) }
+            }
             let renamed = try await fixture.store.children.update(child.id, with: ChildChanges(name: "Round \(round)"), as: user.id)
             #expect(renamed.name == "Round \(round)")
         }

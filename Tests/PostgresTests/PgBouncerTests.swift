@@ -45,6 +45,26 @@ import Testing
         await admin.close()
     }
 
+    /// The admin console lists the server connection a transaction ran on, and drops it once the
+    /// backend has ended and PgBouncer has read that: what a test that terminates backends
+    /// waits for.
+    @Test func theConsoleListsServerConnectionsUntilTheirBackendEnds() async throws {
+        let database = try await TestPostgresDatabase.make()
+        let bouncer = try await PgBouncer.start(in: database.cluster, mode: .transaction, poolSize: 2)
+        defer { bouncer.stop() }
+        let through = try await PostgresConnection.connect(bouncer.connectionString(database: database.name))
+        let pid = try await through.value(Int32.self, "SELECT pg_backend_pid()")
+        #expect(try await bouncer.serverProcessIDs(database: database.name).contains(pid))
+        #expect(try await bouncer.serverProcessIDs(database: "another_database").isEmpty)
+        let admin = try await database.connect()
+        _ = try await admin.value(Bool.self, "SELECT pg_terminate_backend(\(pid))")
+        try await waitUntil { try await !bouncer.serverProcessIDs(database: database.name).contains(pid) }
+        // PgBouncer opens another server connection for the next transaction.
+        #expect(try await through.value(Int32.self, "SELECT pg_backend_pid()") != pid)
+        await through.close()
+        await admin.close()
+    }
+
     /// The other way round: with named prepared statements (the cache on, and the connection
     /// told there is no pooler), the same work through the same pooler breaks: a statement
     /// name prepared on one server connection is missing or taken on the next (`26000`,
