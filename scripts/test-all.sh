@@ -22,6 +22,8 @@ export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${BB_TEST_PARALLELISM:-8}
 results=.build/test-results
 rm -rf "$results"
 mkdir -p "$results"
+# Each run's test cluster leaves its server log here (TestPostgres keeps it when it stops).
+export BB_TEST_SERVER_LOG_DIR="$PWD/$results/server-logs"
 failed=()
 number=0
 
@@ -67,5 +69,6 @@ for entry in "${failed[@]}"; do
         grep -aE "^✘ Test .* (failed|recorded an issue)|error: .*failed|Test Case .* failed" "$log" | sed 's/^/      /' | head -40
     fi
 done
+echo "The test clusters' server logs (what PostgreSQL saw): $results/server-logs/"
 echo "Rerun one test with: swift test --skip-build --disable-xctest --filter <TestName>"
 exit 1

@@ -63,7 +63,13 @@ public actor TestPostgres {
         let quote = { (text: String) in "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
         var stop = "\(quote(binaries.pgCtl)) stop -D \(quote(cluster.dataDirectory.path)) -m immediate -w"
         if ProcessRunner.isRoot { stop = "runuser -u \(ProcessRunner.serverAccount) -- " + stop }
-        let script = "while kill -0 \(getpid()) 2>/dev/null; do sleep 0.3; done; \(stop) >/dev/null 2>&1; rm -rf \(quote(cluster.directory.path))"
+        // BB_TEST_SERVER_LOG_DIR (make test sets it): the server's log is kept there, so a failure
+        // the server saw (a FATAL, a crash, a timeout) can still be read after the run.
+        var keepLog = ""
+        if let logs = ProcessInfo.processInfo.environment["BB_TEST_SERVER_LOG_DIR"], !logs.isEmpty {
+            keepLog = "mkdir -p \(quote(logs)) && cp \(quote(cluster.logFile.path)) \(quote(logs + "/server-\(getpid()).log")); "
+        }
+        let script = "while kill -0 \(getpid()) 2>/dev/null; do sleep 0.3; done; \(stop) >/dev/null 2>&1; \(keepLog)rm -rf \(quote(cluster.directory.path))"
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
         if !FileManager.default.isExecutableFile(atPath: "/usr/bin/setsid") {
