@@ -35,7 +35,11 @@ for run in $(seq 1 "$runs"); do
         passed=$((passed + 1))
         echo "== test-under-load: run $run PASSED in $((SECONDS - start)) s (load at the end: $load)" | tee -a .build/load-runs/summary.txt
     else
-        echo "== test-under-load: run $run FAILED (exit $status) after $((SECONDS - start)) s (load at the end: $load); log: $log" | tee -a .build/load-runs/summary.txt
+        # The next run clears .build/test-results: keep what the server saw with this run's log.
+        sleep 2 # each cluster's watchdog copies its log once the test process has ended
+        rm -rf ".build/load-runs/run-$run-server-logs"
+        cp -r .build/test-results/server-logs ".build/load-runs/run-$run-server-logs" 2>/dev/null
+        echo "== test-under-load: run $run FAILED (exit $status) after $((SECONDS - start)) s (load at the end: $load); log: $log, server logs: .build/load-runs/run-$run-server-logs" | tee -a .build/load-runs/summary.txt
     fi
 done
 echo "== test-under-load: $passed of $runs runs passed"
