@@ -119,6 +119,6 @@ import Testing
 
     private func expectDatabaseRefusal(_ fixture: StoreFixture, _ constraint: String, _ sql: SQL) async {
         let error = await #expect(throws: PostgresError.self) { try await fixture.admin.execute(sql) }
-        #expect(error?.sqlState == "23514" && error?.constraint == constraint, "\(String(describing: error))")
+        #expect(error?.sqlState == "23514" && error?.declaredConstraint == constraint, "\(String(describing: error))")
     }
 }

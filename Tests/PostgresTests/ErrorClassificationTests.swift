@@ -28,6 +28,25 @@ import Testing
         #expect(try await connection.value(Int.self, "SELECT count(*) FROM child") == 50)
     }
 
+    /// A Citus worker names the shard's constraint and table after the shard id; the declared
+    /// name is the constraint's without that suffix, and only when the table carries it too.
+    @Test func theDeclaredConstraintDropsACitusShardSuffixOnly() {
+        func declared(_ constraint: String?, on table: String?) -> String? {
+            var error = PostgresError(kind: .uniqueViolation, message: "duplicate key", sqlState: "23505")
+            error.constraint = constraint
+            error.table = table
+            return error.declaredConstraint
+        }
+        #expect(declared("events_one_active_sleep_102021", on: "events_102021") == "events_one_active_sleep")
+        #expect(declared("events_one_active_sleep", on: "events") == "events_one_active_sleep")
+        #expect(declared("events_check_2", on: "events") == "events_check_2")
+        #expect(declared("events_check_2", on: "events_102021") == "events_check_2")
+        #expect(declared("t_v2_key", on: "t_v2") == "t_v2_key")
+        #expect(declared("_102021", on: "events_102021") == "_102021")
+        #expect(declared(nil, on: "events_102021") == nil)
+        #expect(declared("users_email_lower_key", on: nil) == "users_email_lower_key")
+    }
+
     @Test func integrityViolationsNameTheirConstraint() async throws {
         do { let (connection, _) = try await freshConnection()
             try await connection.executeUnsafeRawSQL("""

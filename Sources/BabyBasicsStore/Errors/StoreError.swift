@@ -87,7 +87,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Maps a database error to a domain error, by SQLSTATE and constraint name (never by
     /// message text). Errors with no domain meaning come back unchanged.
     static func map(_ error: PostgresError) -> any Error {
-        switch (error.sqlState, error.constraint) {
+        switch (error.sqlState, error.declaredConstraint) {
         case ("23505", "users_email_lower_key"): return StoreError.emailTaken
         case ("23505", "users_apple_user_id_key"): return StoreError.appleAccountTaken
         case ("23514", "users_email_valid"): return StoreError.invalid(field: "email", reason: "is not an email address")

@@ -129,8 +129,8 @@ public struct EventRepository: Sendable {
             // It may have committed: the user's reads must not hide it if it did.
             if let router = routing.router { await router.noteWrite(by: actingUser) }
             throw StoreError.outcomeUnknown(reason: reason)
-        } catch let error as PostgresError where error.constraint == "events_one_active_sleep" || error.constraint == "events_one_bottle_in_progress" {
-            let sleep = error.constraint == "events_one_active_sleep"
+        } catch let error as PostgresError where error.declaredConstraint == "events_one_active_sleep" || error.declaredConstraint == "events_one_bottle_in_progress" {
+            let sleep = error.declaredConstraint == "events_one_active_sleep"
             // The refusal was the index's; this read only fetches the winner for the message.
             let filter: SQL = sleep
                 ? "e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL"

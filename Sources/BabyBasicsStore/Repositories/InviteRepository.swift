@@ -66,7 +66,7 @@ public struct InviteRepository: Sendable {
                     // Another child's invite has this code: draw again.
                     guard let codeColumn = row.columnIndex("code"), !row.isNull(at: codeColumn) else { continue }
                     return try row.decode(as: Invite.self)
-                } catch let error as PostgresError where error.constraint == "invites_pkey" {
+                } catch let error as PostgresError where error.declaredConstraint == "invites_pkey" {
                     continue // a code collision (1 in 850 billion) in this child: draw again
                 }
             }

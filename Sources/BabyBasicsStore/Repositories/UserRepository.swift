@@ -89,7 +89,7 @@ public struct UserRepository: Sendable {
             }
             // Their reads (a token still in use) must not find the account on a replica.
             if let router = routing.router { await router.noteWrite(by: actingUser) }
-        } catch let error as PostgresError where error.constraint == "users_sole_caregiver_of_child" {
+        } catch let error as PostgresError where error.declaredConstraint == "users_sole_caregiver_of_child" {
             // The children that block it, for the message (the refusal itself was the database's).
             let children = try await pool.query("""
                 SELECT child_id FROM caregivers GROUP BY child_id

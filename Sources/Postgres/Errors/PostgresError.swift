@@ -37,8 +37,24 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var table: String?
     public var column: String?
     public var dataType: String?
-    /// The name of the violated constraint or index.
+    /// The name of the violated constraint or index, as the server sent it (on a Citus
+    /// worker, the shard's; see ``declaredConstraint``).
     public var constraint: String?
+    /// ``constraint`` as the schema declares it. On a Citus cluster the error comes from the
+    /// worker that holds the row, which names the shard's copy of the constraint and table
+    /// after its shard id (`events_one_active_sleep_102021` on `events_102021`): that suffix,
+    /// when the table carries the same one, is taken off. Anywhere else it is ``constraint``.
+    ///
+    /// ```swift
+    /// catch let error as PostgresError where error.declaredConstraint == "users_email_lower_key" { … }
+    /// ```
+    public var declaredConstraint: String? {
+        guard let constraint, let table, let underscore = table.lastIndex(of: "_") else { return constraint }
+        let shard = table[underscore...]
+        guard shard.count > 1, shard.dropFirst().allSatisfy(\.isASCII), shard.dropFirst().allSatisfy(\.isNumber),
+              constraint.hasSuffix(shard), constraint.count > shard.count else { return constraint }
+        return String(constraint.dropLast(shard.count))
+    }
     /// Server source location, for bug reports.
     public var sourceFile: String?
     public var sourceLine: Int?
