@@ -88,12 +88,14 @@ import Testing
         }
         let winners = outcomes.compactMap { try? $0.get() }
         #expect(winners.count == 1)
+        // Without a winner the rest cannot be checked (and must not crash the run).
+        let winner = try #require(winners.first, "no start succeeded: \(outcomes)")
         for outcome in outcomes {
             if case .failure(let error) = outcome {
-                #expect(error as? StoreError == .sleepAlreadyActive(existing: winners[0]), "\(error)")
+                #expect(error as? StoreError == .sleepAlreadyActive(existing: winner), "\(error)")
             }
         }
-        let ended = try await store.events.endSleep(for: child.id, at: EventTimestamp(winners[0].start.utc.addingTimeInterval(80 * 60), in: TimeZone(identifier: "America/New_York")!), as: user.id)
+        let ended = try await store.events.endSleep(for: child.id, at: EventTimestamp(winner.start.utc.addingTimeInterval(80 * 60), in: TimeZone(identifier: "America/New_York")!), as: user.id)
         #expect(ended.summary == "Ended sleep (1h 20m)")
         await expectStoreError(.noActiveSleep) { _ = try await store.events.endSleep(for: child.id, at: at("2026-11-20 23:00"), as: user.id) }
         // An ended sleep does not block the next one.
