@@ -17,6 +17,32 @@ import Testing
         #expect(violations.isEmpty, "the schema breaks Citus's rules (docs/scale-out.md):\n\(bulleted(violations))")
     }
 
+    /// 0027 names the tables it distributes one by one (a DBA reads them there): they are
+    /// exactly the catalog's, so a new table cannot be left on the coordinator alone. The
+    /// check fails both ways: a table missing from the file, or one the schema no longer has.
+    @Test func theDistributingMigrationNamesEveryTableAsTheCatalogSortsIt() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let rows = try await connection.query("""
+            SELECT c.relname::text,
+                   EXISTS (SELECT FROM pg_catalog.pg_attribute AS a WHERE a.attrelid = c.oid AND a.attname = 'child_id' AND NOT a.attisdropped)
+                   OR c.relname = 'children'
+              FROM pg_catalog.pg_class AS c
+             WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')
+            """)
+        let catalog = try rows.map { try $0.decode((String, Bool).self) }
+        let text = try String(contentsOf: migrationsDirectory.appendingPathComponent("0027_distribute_on_citus.sql"), encoding: .utf8)
+        // The first quoted name after "PERFORM <function>('" on each line that has it.
+        func named(_ function: String) -> Set<String> {
+            Set(text.split(separator: "\n").compactMap { line -> String? in
+                guard let call = line.range(of: "PERFORM \(function)('") else { return nil }
+                return line[call.upperBound...].split(separator: "'").first.map(String.init)
+            })
+        }
+        #expect(named("create_reference_table") == Set(catalog.filter { !$0.1 }.map(\.0)))
+        #expect(named("create_distributed_table") == Set(catalog.filter { $0.1 }.map(\.0)))
+        #expect(!named("create_distributed_table").isEmpty, "the pattern found nothing: has 0027 changed its form?")
+    }
+
     /// The schema as it was before 0022 broke the rules in exactly these places.
     @Test func theSchemaBefore0022BrokeTheRules() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
