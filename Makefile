@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The development cluster's folder (bbmigrate reads the same variable).
 DATA_DIR := $(or $(BB_DATA_DIR),.bbdata)
 
-.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite example-test docs fuzz up down psql clean bench
+.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite example-test docs fuzz up down psql clean bench citus-check
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -23,6 +23,7 @@ help:
 	@echo "make psql   open psql on the development database"
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
 	@echo "make docs   build the DocC documentation of the wrapper, the store and the migrator into .build/docs/"
+	@echo "make citus-check CITUS_SRC=~/citus   the store's suite on a real Citus cluster (coordinator + 2 workers; not in make test)"
 
 # What building and `make up` need: pkg-config, libpq-dev (headers + pkg-config file), the
 # PostgreSQL server programs the embedded cluster runs, and psql. `make test` also needs python3
@@ -170,6 +171,13 @@ clean:
 		rm -rf "$$folder" "$(DATA_DIR)" && echo "embedded PostgreSQL in $$folder: removed"; \
 	fi
 	rm -rf .build Fuzz/.build Examples/BabyBasicsService/.build
+
+# The store's whole suite on a real Citus cluster: a coordinator and two workers, PostgreSQL 15
+# unpacked from Debian's packages with Citus built from CITUS_SRC (a checkout of
+# github.com/citusdata/citus; tested with v13.2.2) into /var/tmp/babybasics/. It needs Debian's
+# mirror and a Citus checkout, so it lives beside make bench, not in make test.
+citus-check: deps
+	@CITUS_SRC="$(CITUS_SRC)" SWIFT="$(SWIFT)" scripts/citus-check.sh
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few

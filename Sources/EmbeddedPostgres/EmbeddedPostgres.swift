@@ -39,12 +39,16 @@ public struct EmbeddedPostgres: Sendable {
         public var settings: [String: String]
         /// Also listen on 127.0.0.1 (password required); otherwise the Unix socket only.
         public var tcp: Bool
+        /// The superuser's password when the cluster is created (`nil`: a random one). The
+        /// nodes of one Citus cluster share one, so that each can log in to the others.
+        public var superuserPassword: String?
 
-        public init(durable: Bool = true, maxConnections: Int = 200, settings: [String: String] = [:], tcp: Bool = false) {
+        public init(durable: Bool = true, maxConnections: Int = 200, settings: [String: String] = [:], tcp: Bool = false, superuserPassword: String? = nil) {
             self.durable = durable
             self.maxConnections = maxConnections
             self.settings = settings
             self.tcp = tcp
+            self.superuserPassword = superuserPassword
         }
     }
 
@@ -305,7 +309,7 @@ public struct EmbeddedPostgres: Sendable {
     }
 
     private func initialize(_ binaries: ServerBinaries) throws {
-        let password = Self.randomPassword()
+        let password = options.superuserPassword ?? Self.randomPassword()
         try Data((password + "\n").utf8).write(to: passwordFile, options: .atomic)
         try ProcessRunner.handOver(passwordFile.path)
         chmod(passwordFile.path, 0o600)
@@ -372,7 +376,12 @@ public struct EmbeddedPostgres: Sendable {
         }
     }
 
-    private static func randomPassword() -> String {
+    /// A random password of 24 letters and digits (none that look alike).
+    ///
+    /// ```swift
+    /// let shared = EmbeddedPostgres.randomPassword()
+    /// ```
+    public static func randomPassword() -> String {
         let alphabet = Array("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789")
         var generator = SystemRandomNumberGenerator()
         return String((0..<24).map { _ in alphabet[Int(generator.next(upperBound: UInt(alphabet.count)))] })

@@ -30,23 +30,29 @@ public actor TestPostgres {
 
     private var startTask: Task<EmbeddedPostgres, any Error>?
     private var templates: [String: Task<Void, any Error>] = [:]
+    private var citusSetups: [String: @Sendable (PostgresConnection) async throws -> Void] = [:]
+    private var citusQueue: Task<Void, any Error>?
     private var counter = 0
 
     /// The running cluster (started on first call).
     public func cluster() async throws -> EmbeddedPostgres {
         if let startTask { return try await startTask.value }
         // initdb and pg_ctl block for seconds: keep them off Swift's cooperative threads.
-        let task = Task { try await runOnDedicatedThread { try Self.startCluster() } }
+        let task = Task {
+            guard let citus = TestCitus.fromEnvironment() else { return try await runOnDedicatedThread { try Self.startCluster() } }
+            return try await citus.start()
+        }
         startTask = task
         return try await task.value
     }
 
-    private static func startCluster() throws -> EmbeddedPostgres {
+    static func startCluster(name: String = "bbtest", settings extra: [String: String] = [:], superuserPassword: String? = nil) throws -> EmbeddedPostgres {
         let base = ProcessInfo.processInfo.environment["BB_TEST_TMPDIR"] ?? "/tmp"
-        let directory = URL(fileURLWithPath: base).appendingPathComponent("bbtest-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let directory = URL(fileURLWithPath: base).appendingPathComponent("\(name)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let settings = ["shared_buffers": "256MB", "max_locks_per_transaction": "256"].merging(extra) { $1 }
         let cluster = EmbeddedPostgres(
             directory: directory,
-            options: .init(durable: false, maxConnections: 400, settings: ["shared_buffers": "256MB", "max_locks_per_transaction": "256"], tcp: true))
+            options: .init(durable: false, maxConnections: 400, settings: settings, tcp: true, superuserPassword: superuserPassword))
         try cluster.start()
         try startWatchdog(for: cluster)
         // Which server this run tests against, in the test output (make test runs two).
@@ -67,7 +73,7 @@ public actor TestPostgres {
         // the server saw (a FATAL, a crash, a timeout) can still be read after the run.
         var keepLog = ""
         if let logs = ProcessInfo.processInfo.environment["BB_TEST_SERVER_LOG_DIR"], !logs.isEmpty {
-            keepLog = "mkdir -p \(quote(logs)) && cp \(quote(cluster.logFile.path)) \(quote(logs + "/server-\(getpid()).log")); "
+            keepLog = "mkdir -p \(quote(logs)) && cp \(quote(cluster.logFile.path)) \(quote(logs + "/\(cluster.directory.lastPathComponent).log")); "
         }
         let script = "while kill -0 \(getpid()) 2>/dev/null; do sleep 0.3; done; \(stop) >/dev/null 2>&1; \(keepLog)rm -rf \(quote(cluster.directory.path))"
         let process = Process()
@@ -86,6 +92,12 @@ public actor TestPostgres {
 
     /// Builds template database `name` once per process with `setup`; later calls wait for it.
     public func ensureTemplate(_ name: String, setup: @escaping @Sendable (PostgresConnection) async throws -> Void) async throws {
+        if TestCitus.fromEnvironment() != nil {
+            // A distributed database cannot be cloned (its shards live on the workers): each
+            // database runs the setup itself (see TestCitus).
+            citusSetups[name] = setup
+            return
+        }
         if let existing = templates[name] { return try await existing.value }
         // Recorded before any suspension, so concurrent callers share one build.
         let task = Task {
@@ -109,6 +121,19 @@ public actor TestPostgres {
         let cluster = try await cluster()
         counter += 1
         let name = "test_\(counter)_\(UInt16.random(in: 0...UInt16.max))"
+        if let citus = TestCitus.fromEnvironment() {
+            // One at a time: roles are the whole cluster's, and two databases' migrations
+            // creating (or Citus propagating) the same role at once collide on pg_authid.
+            let setup = template.flatMap { citusSetups[$0] }
+            let previous = citusQueue
+            let creation = Task {
+                _ = await previous?.result
+                try await citus.createDatabase(name, coordinator: cluster, setup: setup)
+            }
+            citusQueue = creation
+            try await creation.value
+            return TestDatabase(name: name, connectionString: try cluster.connectionString(database: name), cluster: cluster)
+        }
         try await cluster.createDatabase(name, template: template)
         return TestDatabase(name: name, connectionString: try cluster.connectionString(database: name), cluster: cluster)
     }

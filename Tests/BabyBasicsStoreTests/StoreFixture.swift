@@ -26,6 +26,11 @@ struct StoreFixture {
             try await migrator.up()
         }
         var appRole = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
+        if TestCitus.fromEnvironment() != nil {
+            // On a Citus coordinator (docs/scale-out.md): a generic plan cannot be routed to the
+            // shard of the child it is about.
+            appRole.serverSettings["plan_cache_mode"] = "auto"
+        }
         configure(&appRole)
         if let bouncer = try await throughPgBouncer() {
             // The same suite through a transaction pooler: unnamed statements, nothing in the

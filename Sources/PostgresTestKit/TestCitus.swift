@@ -1,0 +1,131 @@
+import EmbeddedPostgres
+import Foundation
+import Postgres
+import Synchronization
+
+/// The test kit's Citus mode: with `BB_TEST_CITUS=1` (and `BB_PG_BINDIR` naming a PostgreSQL
+/// with Citus installed: `scripts/citus-build.sh` builds one), ``TestPostgres`` starts a real
+/// three-node Citus cluster, a coordinator and two workers, and every test database is a
+/// distributed database on all three. Tests connect to the coordinator as they would to a
+/// single server; `make citus-check` runs the store's suite this way.
+///
+/// Each new database:
+/// - is created on every node, with `CREATE EXTENSION citus` in each, and the two workers
+///   added to the coordinator's metadata (`citus_add_node`), before anything else: a cluster
+///   whose nodes are there before `bbmigrate up`, the harder order;
+/// - runs the template's setup (the migrations) itself, because a distributed database cannot
+///   be cloned: its shards live on the workers. The setup runs with
+///   `citus.enable_ddl_propagation = off` as the database's default, as docs/scale-out.md tells
+///   an operator to run the first `bbmigrate up`; the migration that distributes turns it on
+///   for its own transaction.
+///
+/// Citus opens its own connections to the other nodes as the role that runs the query, so in
+/// this test cluster every role may log in, with the superuser's password (shared by the
+/// nodes), which `pg_dist_authinfo` gives Citus.
+///
+/// ```swift
+/// // BB_TEST_CITUS=1 BB_PG_BINDIR=$(scripts/citus-build.sh) swift test --filter BabyBasicsStoreTests
+/// let database = try await TestPostgres.shared.makeDatabase()   // distributed, on 3 nodes
+/// ```
+public struct TestCitus: Sendable {
+    /// The workers, once started.
+    private static let workers = Mutex<[EmbeddedPostgres]>([])
+    private static let password = EmbeddedPostgres.randomPassword()
+
+    /// Citus mode, when `BB_TEST_CITUS` is `1`.
+    public static func fromEnvironment() -> TestCitus? {
+        ProcessInfo.processInfo.environment["BB_TEST_CITUS"] == "1" ? TestCitus() : nil
+    }
+
+    /// Every node's settings: Citus loaded; prepared transactions for its two-phase commit;
+    /// 4 shards a table (not 32: each test creates its own distributed database); logical WAL for
+    /// shard moves.
+    static let settings = [
+        "shared_preload_libraries": "'citus'", "max_prepared_transactions": "200", "citus.shard_count": "4", "wal_level": "logical",
+    ]
+
+    /// Starts the coordinator and two workers; returns the coordinator.
+    func start() async throws -> EmbeddedPostgres {
+        try await runOnDedicatedThread {
+            let coordinator = try TestPostgres.startCluster(name: "bbcitus-coordinator", settings: Self.settings, superuserPassword: Self.password)
+            var started: [EmbeddedPostgres] = []
+            for number in 1...2 {
+                let worker = try TestPostgres.startCluster(name: "bbcitus-worker\(number)", settings: Self.settings, superuserPassword: Self.password)
+                started.append(worker)
+            }
+            Self.workers.withLock { $0 = started }
+            return coordinator
+        }
+    }
+
+    /// Creates database `name` on every node and adds the workers; then runs `setup`, if any,
+    /// on it (see the type's documentation).
+    func createDatabase(_ name: String, coordinator: EmbeddedPostgres, setup: (@Sendable (PostgresConnection) async throws -> Void)?) async throws {
+        let workers = Self.workers.withLock { $0 }
+        for node in [coordinator] + workers {
+            try await node.createDatabase(name)
+            let connection = try await PostgresConnection.connect(try node.connectionString(database: name))
+            try await Self.closing(connection) {
+                try await connection.execute("CREATE EXTENSION citus")
+                try await Self.letEveryRoleLogIn(on: connection)
+            }
+        }
+        let admin = try await PostgresConnection.connect(try coordinator.connectionString(database: name))
+        try await Self.closing(admin) {
+            _ = try await admin.query("SELECT citus_set_coordinator_host('127.0.0.1', \(Int32(try coordinator.port())))")
+            for worker in workers {
+                _ = try await admin.query("SELECT citus_add_node('127.0.0.1', \(Int32(try worker.port())))")
+            }
+            guard let setup else { return }
+            // The first bbmigrate up of a Citus database, as docs/scale-out.md describes it.
+            try await admin.execute("SET citus.enable_ddl_propagation = off")
+            try await admin.execute("ALTER DATABASE \(identifier: name) SET citus.enable_ddl_propagation = off")
+            let connection = try await PostgresConnection.connect(try coordinator.connectionString(database: name))
+            try await Self.closing(connection) { try await setup(connection) }
+            try await admin.execute("ALTER DATABASE \(identifier: name) RESET citus.enable_ddl_propagation")
+        }
+        // The roles the setup created (the app's), on every node.
+        for node in [coordinator] + workers {
+            let connection = try await PostgresConnection.connect(try node.connectionString(database: name))
+            try await Self.closing(connection) { try await Self.letEveryRoleLogIn(on: connection, creatingThoseOf: coordinator) }
+        }
+    }
+
+    /// Every role but the built-in ones may log in with the shared password, and Citus is told
+    /// that password for each (`pg_dist_authinfo`, this database's). With `coordinator`, the
+    /// coordinator's roles are created first where missing.
+    private static func letEveryRoleLogIn(on connection: PostgresConnection, creatingThoseOf coordinator: EmbeddedPostgres? = nil) async throws {
+        try await connection.execute("SET citus.enable_ddl_propagation = off")
+        var roles = try await connection.fetchAll(String.self, "SELECT rolname::text FROM pg_roles WHERE rolname !~ '^pg_'")
+        if let coordinator {
+            let source = try await PostgresConnection.connect(try coordinator.connectionString(database: "postgres"))
+            let wanted = try await closing(source) { try await source.fetchAll(String.self, "SELECT rolname::text FROM pg_roles WHERE rolname !~ '^pg_'") }
+            for role in wanted where !roles.contains(role) {
+                // Role names cannot be parameters: the server quotes it (format %I).
+                let create = try await connection.fetchValue(String.self, "SELECT format('CREATE ROLE %I', \(role)::text)") ?? ""
+                try await connection.executeUnsafeRawSQL(create)
+                roles.append(role)
+            }
+        }
+        for role in roles {
+            let alter = try await connection.fetchValue(String.self, "SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', \(role)::text, \(password)::text)") ?? ""
+            try await connection.executeUnsafeRawSQL(alter)
+            try await connection.execute("""
+                INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, \(role), \("password=" + password))
+                ON CONFLICT DO NOTHING
+                """)
+        }
+    }
+
+    /// Runs `body`, then closes `connection` whatever happened.
+    private static func closing<T>(_ connection: PostgresConnection, _ body: () async throws -> T) async throws -> T {
+        do {
+            let result = try await body()
+            await connection.close()
+            return result
+        } catch {
+            await connection.close()
+            throw error
+        }
+    }
+}
