@@ -37,12 +37,32 @@ extension Timeline {
 }
 
 extension EventRepository {
-    /// Events overlapping `[from, to)`, newest first: the database's `timeline_events()`
-    /// (Migrations/0018), so a DBA and the app read the same day. Instants (diapers, notes,
-    /// bottles without an end) by their start; ended events by their interval; a running sleep
-    /// until `now`, whatever its age.
+    /// Events overlapping `[from, to)`, newest first: the body of the database's
+    /// `timeline_events()` (Migrations/0018), so a DBA and the app read the same day
+    /// (`theDBAsTimelineIsTheApps` compares them). Instants (diapers, notes, bottles without an
+    /// end) by their start; ended events by their interval; a running sleep until `now`,
+    /// whatever its age. Written out rather than called: Citus cannot route a statement through
+    /// a SQL function that reads a distributed table, and with the child's id in each branch
+    /// it goes whole to the node that holds the child (docs/scale-out.md).
     static func overlapping(child: UUID, from: SQL, to: SQL, now: Date) -> SQL {
-        "SELECT \(Event.columns) FROM timeline_events(\(child), \(from), \(to), \(now)) AS e"
+        """
+        SELECT \(Event.columns) FROM (
+            SELECT e.* FROM events AS e
+             WHERE e.child_id = \(child) AND e.deleted_at IS NULL
+               AND e.start_time < \(to)
+               -- exact lower bound for ended events: they last at most 24 h (events_max_duration_24h)
+               AND e.start_time >= \(from) - interval '24 hours'
+               AND (e.start_time >= \(from) OR e.end_time > \(from)
+                    OR (e.end_time IS NULL AND e.event_type = 'sleep' AND \(now)::timestamptz > \(from)))
+            UNION ALL
+            -- A sleep left running for longer: the child's one running sleep (events_one_active_sleep).
+            SELECT e.* FROM events AS e
+             WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+               AND e.start_time < \(from) - interval '24 hours'
+               AND \(now)::timestamptz > \(from)
+        ) AS e
+        ORDER BY e.start_time DESC, e.id
+        """
     }
 
     /// The child's day `day` (by its `day_start_time` and time zone), newest first.
@@ -204,6 +224,9 @@ public struct Dashboard: Sendable, Equatable {
     /// print(sql.parameters.count)
     /// ```
     public static func statement(child: UUID, now: Date, as actingUser: UUID) -> SQL {
+        // Every read of events names the child by its value (`e.child_id = $n`), never by
+        // `child.id`: on Citus a statement goes whole to the one node that holds the child only
+        // when each table in it is filtered by the child's id (docs/scale-out.md).
         """
         WITH child AS (
             SELECT c.id, c.timezone, c.day_start_time FROM children c
@@ -236,9 +259,9 @@ public struct Dashboard: Sendable, Equatable {
             SELECT f.id, f.fed_at, f.start_tz, utc_offset_seconds(f.start_tz, f.fed_at) AS fed_offset, f.data
             FROM (
                 SELECT e.id, e.start_tz, e.data, \(Self.fedAt) AS fed_at FROM events e
-                WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.start_time <= \(now)
+                WHERE e.child_id = \(child) AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.start_time <= \(now)
                   AND e.start_time >= (SELECT max(x.start_time) FROM events x
-                                       WHERE x.child_id = child.id AND x.event_type = 'feeding' AND x.deleted_at IS NULL
+                                       WHERE x.child_id = \(child) AND x.event_type = 'feeding' AND x.deleted_at IS NULL
                                          AND x.start_time <= \(now)) - interval '24 hours'
             ) AS f
             WHERE f.fed_at <= \(now)
@@ -246,22 +269,22 @@ public struct Dashboard: Sendable, Equatable {
         ) AS lf ON true
         LEFT JOIN LATERAL (
             SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.data FROM events e
-            WHERE e.child_id = child.id AND e.event_type = 'diaper' AND e.deleted_at IS NULL AND e.start_time <= \(now)
+            WHERE e.child_id = \(child) AND e.event_type = 'diaper' AND e.deleted_at IS NULL AND e.start_time <= \(now)
             ORDER BY e.start_time DESC LIMIT 1
         ) AS ld ON true
         LEFT JOIN LATERAL (
             SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds, e.end_time, e.end_tz, e.end_offset_seconds FROM events e
-            WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.deleted_at IS NULL AND e.end_time IS NOT NULL AND e.start_time <= \(now)
+            WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.deleted_at IS NULL AND e.end_time IS NOT NULL AND e.start_time <= \(now)
             ORDER BY e.start_time DESC LIMIT 1
         ) AS ls ON true
         LEFT JOIN LATERAL (
             SELECT e.id, e.start_time, e.start_tz, e.start_offset_seconds FROM events e
-            WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+            WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
             LIMIT 1
         ) AS act ON true
         LEFT JOIN LATERAL (
             SELECT e.data ->> 'started_side' AS side FROM events e
-            WHERE e.child_id = child.id AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.data ->> 'kind' = 'breast' AND e.start_time <= \(now)
+            WHERE e.child_id = \(child) AND e.event_type = 'feeding' AND e.deleted_at IS NULL AND e.data ->> 'kind' = 'breast' AND e.start_time <= \(now)
             ORDER BY e.start_time DESC LIMIT 1
         ) AS lb ON true
         CROSS JOIN LATERAL (
@@ -274,12 +297,12 @@ public struct Dashboard: Sendable, Equatable {
                    range_agg(tstzrange(clip.lo, clip.hi)) FILTER (WHERE e.event_type = 'sleep' AND clip.lo < clip.hi) AS sleeps
             FROM (
                 SELECT e.event_type, e.start_time, e.end_time, e.data FROM events e
-                WHERE e.child_id = child.id AND e.deleted_at IS NULL
+                WHERE e.child_id = \(child) AND e.deleted_at IS NULL
                   AND e.start_time < span.day_to AND e.start_time >= span.day_from - interval '24 hours'
                 UNION ALL
                 -- A sleep left running for more than a day counts like any running sleep.
                 SELECT e.event_type, e.start_time, e.end_time, e.data FROM events e
-                WHERE e.child_id = child.id AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+                WHERE e.child_id = \(child) AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
                   AND e.start_time < span.day_from - interval '24 hours'
             ) AS e
             CROSS JOIN LATERAL (
