@@ -45,6 +45,19 @@ import Testing
         #expect(declared("_102021", on: "events_102021") == "_102021")
         #expect(declared(nil, on: "events_102021") == nil)
         #expect(declared("users_email_lower_key", on: nil) == "users_email_lower_key")
+
+        // Passed on by the Citus coordinator: no fields, the name only in the message.
+        func forwarded(_ message: String, sqlState: String = "23505", context: String? = "while executing command on 127.0.0.1:9701") -> String? {
+            var error = PostgresError(kind: .uniqueViolation, message: message, sqlState: sqlState)
+            error.context = context
+            return error.declaredConstraint
+        }
+        let duplicate = #"duplicate key value violates unique constraint "events_one_bottle_in_progress_102022""#
+        #expect(forwarded(duplicate) == "events_one_bottle_in_progress")
+        #expect(forwarded(#"new row for relation "events_102021" violates check constraint "events_first_sip_valid_102021""#, sqlState: "23514") == "events_first_sip_valid")
+        #expect(forwarded(duplicate, context: nil) == nil)                              // not from a worker
+        #expect(forwarded(duplicate, sqlState: "42P01") == nil)                         // not an integrity error
+        #expect(forwarded(#"duplicate key value violates unique constraint "users_key""#) == nil)   // no shard suffix
     }
 
     @Test func integrityViolationsNameTheirConstraint() async throws {

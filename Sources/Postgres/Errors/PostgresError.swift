@@ -42,18 +42,34 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     public var constraint: String?
     /// ``constraint`` as the schema declares it. On a Citus cluster the error comes from the
     /// worker that holds the row, which names the shard's copy of the constraint and table
-    /// after its shard id (`events_one_active_sleep_102021` on `events_102021`): that suffix,
-    /// when the table carries the same one, is taken off. Anywhere else it is ``constraint``.
+    /// after its shard id (`events_one_active_sleep_102021` on `events_102021`): that suffix
+    /// is taken off. Citus passes a worker's error on without its fields (no constraint, no
+    /// table: only the message, the detail and "while executing command on host:port" in the
+    /// context), so for an integrity error passed on that way, and only then, the name is the
+    /// one the message quotes (`violates unique constraint "…"`, in English as workers write
+    /// it by default). Anywhere else it is ``constraint``.
     ///
     /// ```swift
     /// catch let error as PostgresError where error.declaredConstraint == "users_email_lower_key" { … }
     /// ```
     public var declaredConstraint: String? {
-        guard let constraint, let table, let underscore = table.lastIndex(of: "_") else { return constraint }
-        let shard = table[underscore...]
-        guard shard.count > 1, shard.dropFirst().allSatisfy(\.isASCII), shard.dropFirst().allSatisfy(\.isNumber),
-              constraint.hasSuffix(shard), constraint.count > shard.count else { return constraint }
-        return String(constraint.dropLast(shard.count))
+        if let constraint {
+            guard let table, let underscore = table.lastIndex(of: "_") else { return constraint }
+            let shard = table[underscore...]
+            guard Self.isShardSuffix(shard), constraint.hasSuffix(shard), constraint.count > shard.count else { return constraint }
+            return String(constraint.dropLast(shard.count))
+        }
+        guard sqlState?.hasPrefix("23") == true, context?.contains("while executing command on ") == true,
+              let quoted = message.range(of: "constraint \""),
+              let end = message[quoted.upperBound...].firstIndex(of: "\"") else { return nil }
+        let named = message[quoted.upperBound..<end]
+        guard let underscore = named.lastIndex(of: "_"), Self.isShardSuffix(named[underscore...]), underscore > named.startIndex else { return nil }
+        return String(named[..<underscore])
+    }
+
+    /// `_` and digits: the suffix Citus gives a shard's tables and constraints.
+    private static func isShardSuffix(_ suffix: Substring) -> Bool {
+        suffix.count > 1 && suffix.first == "_" && suffix.dropFirst().allSatisfy { $0.isASCII && $0.isNumber }
     }
     /// Server source location, for bug reports.
     public var sourceFile: String?
