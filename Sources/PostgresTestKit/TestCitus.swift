@@ -41,7 +41,7 @@ public struct TestCitus: Sendable {
     /// 4 shards a table (not 32: each test creates its own distributed database); logical WAL for
     /// shard moves.
     static let settings = [
-        "shared_preload_libraries": "'citus'", "max_prepared_transactions": "200", "citus.shard_count": "4", "wal_level": "logical",
+        "shared_preload_libraries": "'citus'", "max_prepared_transactions": "200", "max_worker_processes": "400", "citus.shard_count": "4", "wal_level": "logical",
     ]
 
     /// Starts the coordinator and two workers; returns the coordinator.

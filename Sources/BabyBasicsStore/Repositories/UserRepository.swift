@@ -28,15 +28,24 @@ public struct UserRepository: Sendable {
         return user
     }
 
+    /// `u` is the acting user or shares a child with them. The co-caregivers are listed by a
+    /// subquery that does not refer to `u`: Citus plans it first, across the shards of
+    /// `caregivers`, and cannot run a correlated one next to `users`, a reference table.
+    static func visible(to actingUser: UUID) -> SQL {
+        """
+        (u.id = \(actingUser) OR u.id IN (
+                SELECT theirs.user_id FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
+                WHERE mine.user_id = \(actingUser)))
+        """
+    }
+
     /// The acting user, or a user who shares a child with them; `notFound` otherwise.
     public func get(_ id: UUID, as actingUser: UUID) async throws -> User {
         try await routing.reading(as: actingUser) { pool in
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE u.id = \(id)
-                  AND (u.id = \(actingUser) OR EXISTS (
-                        SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
-                        WHERE theirs.user_id = u.id AND mine.user_id = \(actingUser)))
+                  AND \(Self.visible(to: actingUser))
                 """)
             return try one(rows, as: User.self)
         }
@@ -48,9 +57,7 @@ public struct UserRepository: Sendable {
             let rows = try await pool.query("""
                 SELECT \(User.columns(seenBy: actingUser)) FROM users u
                 WHERE lower(u.email) = lower(\(email))
-                  AND (u.id = \(actingUser) OR EXISTS (
-                        SELECT FROM caregivers theirs JOIN caregivers mine ON mine.child_id = theirs.child_id
-                        WHERE theirs.user_id = u.id AND mine.user_id = \(actingUser)))
+                  AND \(Self.visible(to: actingUser))
                 """)
             return try one(rows, as: User.self)
         }
