@@ -44,14 +44,34 @@ public struct MigrationSession: Sendable {
         var configuration = configuration
         configuration.statementCacheCapacity = 0
         configuration.applicationName = configuration.applicationName ?? "bbmigrate"
-        let connection: PostgresConnection
-        do {
-            connection = try await PostgresConnection.connect(configuration)
-        } catch {
-            throw MigratorError.classify(error, target: target)
+        var attempt = 1
+        while true {
+            let connection: PostgresConnection
+            do {
+                connection = try await PostgresConnection.connect(configuration)
+            } catch {
+                throw MigratorError.classify(error, target: target)
+            }
+            do {
+                try await connection.executeUnsafeRawSQL(prepareSQL)
+            } catch let error as PostgresError where [.connectionFailure, .adminShutdown].contains(error.kind) && attempt < 3 {
+                // The new session ended before its settings arrived: a server with a short
+                // idle_session_timeout ends a session its client was too slow to use (a busy
+                // machine). Nothing was done in it; a fresh one is tried, twice at most.
+                await connection.close()
+                attempt += 1
+                continue
+            } catch {
+                await connection.close()
+                throw MigratorError.classify(error, target: target)
+            }
+            return try await finishOpening(connection, configuration: configuration, target: target, detectPooler: detectPooler)
         }
+    }
+
+    /// The rest of `open` once the session has its settings.
+    private static func finishOpening(_ connection: PostgresConnection, configuration: PostgresConfiguration, target: String, detectPooler: Bool) async throws -> MigrationSession {
         do {
-            try await connection.executeUnsafeRawSQL(prepareSQL)
             guard let key = try await connection.fetchValue(Int64.self, keySQL) else {
                 throw MigratorError.migrationFailed("could not compute the migration lock key", fix: nil)
             }
