@@ -47,6 +47,13 @@ public struct InviteRepository: Sendable {
             for _ in 0..<5 {
                 let code = Self.makeCode()
                 do {
+                    // Another child's invite with this code (1 in 850 billion): draw again. A
+                    // statement of its own, not a NOT EXISTS inside the insert: on Citus it reads
+                    // every shard of invites, and such a read cannot sit in a statement that
+                    // writes. It was a read before the write either way (under READ COMMITTED
+                    // nothing locks a code nobody holds yet); two children given one code at
+                    // the same instant still open neither (see `redeem`).
+                    if try await pool.fetchValue(Bool.self, "SELECT EXISTS (SELECT FROM invites taken WHERE taken.code = \(code))") == true { continue }
                     let rows = try await pool.query("""
                         WITH me AS (
                             \(Authorization.membership(of: childID, for: actingUser))
@@ -54,7 +61,6 @@ public struct InviteRepository: Sendable {
                             INSERT INTO invites AS i (code, child_id, created_by\(expiresColumn))
                             SELECT \(code), \(childID), \(actingUser)\(expiresValue)
                             FROM me WHERE me.role = 'primary'
-                              AND NOT EXISTS (SELECT FROM invites taken WHERE taken.code = \(code))
                             RETURNING \(Invite.columns)
                         )
                         SELECT (SELECT role FROM me) AS my_role, created.* FROM (SELECT 1) AS one LEFT JOIN created ON true
@@ -63,8 +69,7 @@ public struct InviteRepository: Sendable {
                     let role = try row.decode(CaregiverRole?.self, column: "my_role")
                     guard let role else { throw StoreError.notFound }
                     guard role == .primary else { throw StoreError.forbidden(required: .primary) }
-                    // Another child's invite has this code: draw again.
-                    guard let codeColumn = row.columnIndex("code"), !row.isNull(at: codeColumn) else { continue }
+                    guard let codeColumn = row.columnIndex("code"), !row.isNull(at: codeColumn) else { throw StoreError.notFound }
                     return try row.decode(as: Invite.self)
                 } catch let error as PostgresError where error.declaredConstraint == "invites_pkey" {
                     continue // a code collision (1 in 850 billion) in this child: draw again
