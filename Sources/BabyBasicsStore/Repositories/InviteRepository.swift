@@ -53,7 +53,9 @@ public struct InviteRepository: Sendable {
                     // writes. It was a read before the write either way (under READ COMMITTED
                     // nothing locks a code nobody holds yet); two children given one code at
                     // the same instant still open neither (see `redeem`).
-                    if try await pool.fetchValue(Bool.self, "SELECT EXISTS (SELECT FROM invites taken WHERE taken.code = \(code))") == true { continue }
+                    // (count(*), not EXISTS: Citus 13 cannot plan `SELECT EXISTS (…)` over every
+                    // shard with a parameter.)
+                    if try await pool.fetchValue(Bool.self, "SELECT count(*) > 0 FROM invites taken WHERE taken.code = \(code)") == true { continue }
                     let rows = try await pool.query("""
                         WITH me AS (
                             \(Authorization.membership(of: childID, for: actingUser))
