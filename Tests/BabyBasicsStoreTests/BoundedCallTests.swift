@@ -86,13 +86,19 @@ import Testing
         try await fixture.log(child, user, .diaper(.wet), at("2026-11-20 06:30"))
         let proxy = try FaultProxy.start(in: fixture.database.cluster)
         defer { proxy.stop() }
-        let configuration = PostgresConfiguration(proxy.connectionString(database: fixture.database.name, options: "options=-crole%3Dbabybasics_app"))
+        var configuration = PostgresConfiguration(proxy.connectionString(database: fixture.database.name, options: "options=-crole%3Dbabybasics_app"))
+        configuration.applicationName = "lost-read-test"
         let store = Store(pool: PostgresPool(configuration: configuration, options: PoolOptions(maximumConnections: 1)), deadlines: .forTests)
         _ = try await store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), as: user.id)
         proxy.mode = .dropAnswers
+        let before = try #require(try await fixture.admin.fetchValue(Date.self, "SELECT clock_timestamp()"))
         let read = Task { try await store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), as: user.id) }
+        // The server has run the timeline's statement again (this store's session, by its name).
         try await waitUntil {
-            try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%timeline_events%' AND pid <> pg_backend_pid()") ?? 0 > 0
+            try await fixture.admin.fetchValue(Int.self, """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE application_name = 'lost-read-test' AND query LIKE 'WITH span AS%' AND query_start > \(before)
+                """) ?? 0 > 0
         }
         proxy.cutAll()
         proxy.mode = .forward
