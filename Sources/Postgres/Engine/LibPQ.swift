@@ -58,6 +58,12 @@ enum ConnectPoll {
     case reading, writing, ok, failed
 }
 
+/// OpenSSL told, once and before libpq first uses it, to leave its global state alone at exit
+/// (see `bb_openssl_skip_cleanup_at_exit` in the C shim): a process that exits while a pool
+/// is still opening a connection on another thread must not crash in OpenSSL's cleanup.
+/// A load test's run ended in SIGSEGV that way after all 447 of its tests had passed.
+let openSSLKeptUntilExit: Bool = bb_openssl_skip_cleanup_at_exit() == 1
+
 /// A libpq connection handle. Used on its event loop's thread, or on the one helper thread a
 /// blocking COPY hands it to; never from two threads at once.
 final class LibPQConnection: @unchecked Sendable {
@@ -71,6 +77,7 @@ final class LibPQConnection: @unchecked Sendable {
     /// Starts connecting without blocking on the network (`PQconnectStartParams`; a host name
     /// may still be resolved, so call it off the event loop). Nil when libpq is out of memory.
     static func start(keywords: [String], values: [String]) -> LibPQConnection? {
+        _ = openSSLKeptUntilExit
         let started = withCStringArray(keywords) { k in withCStringArray(values) { v in PQconnectStartParams(k, v, 1) } }
         return started.map(LibPQConnection.init)
     }
