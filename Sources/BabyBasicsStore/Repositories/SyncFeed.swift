@@ -104,7 +104,10 @@ extension EventRepository {
 }
 
 /// Reads one page in one snapshot (a REPEATABLE READ transaction): the user's children with
-/// their positions, then the rows stamped above each position, merged per child in stamp order.
+/// their positions, then, child by child, the rows stamped between the cursor and that
+/// position, merged per child in stamp order. On a Citus cluster each worker's session has a
+/// snapshot of its own: what the feed needs holds per child (a child's rows and counter are on
+/// one shard, read over the connection that read its position, and never above it).
 struct SyncPageBuilder {
     let user: UUID
     let only: UUID?
@@ -136,49 +139,61 @@ struct SyncPageBuilder {
         var item: Item
     }
 
-    /// The user's children (or the one asked for) with their records and positions, and the
-    /// epoch. It also turns bitmap scans off for the rest of the feed's transaction: the
-    /// planner estimates rows per child from the table's average, and for a child with a long
-    /// history above the position a bitmap scan reads all of it and sorts, where the index
-    /// scan in stamp order stops after `limit` rows (a bounded range scan, whatever the
-    /// history). `set_config(…, true)` ends with the transaction.
+    /// The user's children (or the one asked for) with their records, positions and floors,
+    /// and the epoch. The position is the child's counter (`sync_child_position()`'s body,
+    /// written out: on a Citus cluster a function that reads a distributed table cannot run
+    /// inside a statement sent to a shard; its fallback for a child without a counter is
+    /// evaluated only then).
+    ///
+    /// It also turns bitmap scans off for the rest of the feed's transaction: the planner
+    /// estimates rows per child from the table's average, and for a child with a long history
+    /// above the position a bitmap scan reads all of it and sorts, where the index scan in
+    /// stamp order stops after `limit` rows (a bounded range scan, whatever the history).
+    /// `set_config(…, true)` ends with the transaction; on Citus it runs in the workers'
+    /// sessions, where the per-child statements are planned.
     static func children(of user: UUID, only: UUID?) -> SQL {
-        let onlyChild: SQL = only.map { "AND c.id = \($0)" } ?? ""
+        let onlyChild: SQL = only.map { "AND me.child_id = \($0) AND c.id = \($0)" } ?? ""
         return """
-            SELECT \(Child.columns), sync_child_position(c.id) AS change_seq, c.record_seq, c.sync_floor, s.epoch
-            FROM sync_state s
-            CROSS JOIN set_config('enable_bitmapscan', 'off', true) AS planner
-            JOIN caregivers me ON me.user_id = \(user)
-            JOIN children c ON c.id = me.child_id \(onlyChild)
+            SELECT \(Child.columns),
+                   coalesce(k.last_stamp, sync_rows_position(c.id)) AS change_seq,
+                   c.record_seq, c.sync_floor, s.epoch,
+                   set_config('enable_bitmapscan', 'off', true) AS planner
+            FROM caregivers me
+            JOIN children c ON c.id = me.child_id
+            LEFT JOIN sync_counters k ON k.child_id = c.id
+            CROSS JOIN sync_state s
+            WHERE me.user_id = \(user) \(onlyChild)
             """
     }
 
-    /// Per child, the first `limit` events stamped above its position, in stamp order: the
-    /// database's `sync_events_since()` (what a DBA runs), one range scan of
-    /// `events_child_change_seq_key` each.
-    static func events(of children: [UUID], after positions: [Int64], limit: Int) -> SQL {
+    /// One child's first `limit` events stamped in `(after, through]`, in stamp order: the
+    /// body of the database's `sync_events_since()` (what a DBA runs), one range scan of
+    /// `events_child_change_seq_key`, bounded above by the position read with the child's
+    /// state. One statement per child, naming it by value: on Citus it goes to the child's shard.
+    static func events(of child: UUID, after: Int64, through: Int64, limit: Int) -> SQL {
         """
         SELECT \(Event.columns), e.change_seq AS sync_seq
-        FROM unnest(\(children)::uuid[], \(positions)::bigint[]) AS pos(child_id, after)
-        CROSS JOIN LATERAL sync_events_since(pos.child_id, pos.after, \(Int32(limit))) AS e
+        FROM events e
+        WHERE e.child_id = \(child) AND e.change_seq > \(after) AND e.change_seq <= \(through)
+        ORDER BY e.change_seq
+        LIMIT \(limit)
         """
     }
 
-    /// Per child, the first `limit` memberships and the first `limit` tombstones stamped
-    /// above its position (`idx_caregivers_child_change`, `sync_tombstones_pkey`).
-    static func family(of children: [UUID], after positions: [Int64], limit: Int) -> SQL {
+    /// One child's first `limit` memberships and first `limit` tombstones stamped in
+    /// `(after, through]` (`idx_caregivers_child_change`, `sync_tombstones_pkey`).
+    static func family(of child: UUID, after: Int64, through: Int64, limit: Int) -> SQL {
         """
-        SELECT pos.child_id, f.kind, f.change_seq, f.entity_id, u.display_name, f.role, f.joined_at
-        FROM unnest(\(children)::uuid[], \(positions)::bigint[]) AS pos(child_id, after)
-        CROSS JOIN LATERAL (
+        SELECT f.kind, f.change_seq, f.entity_id, u.display_name, f.role, f.joined_at
+        FROM (
             (SELECT 'caregiver' AS source, 'caregiver' AS kind, cg.change_seq, cg.user_id AS entity_id, cg.role, cg.joined_at
              FROM caregivers cg
-             WHERE cg.child_id = pos.child_id AND cg.change_seq > pos.after
+             WHERE cg.child_id = \(child) AND cg.change_seq > \(after) AND cg.change_seq <= \(through)
              ORDER BY cg.change_seq LIMIT \(limit))
             UNION ALL
             (SELECT 'removal', t.kind, t.change_seq, t.entity_id, NULL, NULL
              FROM sync_tombstones t
-             WHERE t.child_id = pos.child_id AND t.change_seq > pos.after
+             WHERE t.child_id = \(child) AND t.change_seq > \(after) AND t.change_seq <= \(through)
              ORDER BY t.change_seq LIMIT \(limit))
         ) AS f
         LEFT JOIN users u ON f.source = 'caregiver' AND u.id = f.entity_id
@@ -245,39 +260,36 @@ struct SyncPageBuilder {
         // child, the last stamp below which every row was read (a kind that hit `limit` may
         // have more above it).
         var horizon: [UUID: Int64] = [:]
-        if !after.isEmpty {
-            let ids = Array(after.keys)
-            let positions = ids.map { after[$0] ?? 0 }
-            let eventRows = try await connection.query(Self.events(of: ids, after: positions, limit: limit))
-            var perChild: [UUID: (count: Int, last: Int64)] = [:]
+        // One child at a time, each statement naming its child (one shard on Citus), in a fixed
+        // order. Every row read is at or below the child's position read above: on one server
+        // the transaction's snapshot is the same anyway; on Citus a later statement may see a
+        // newer state of the shard, whose rows above the position belong to the next page.
+        for child in after.keys.sorted(by: { $0.uuidString < $1.uuidString }) {
+            guard let position = after[child], let through = highest[child] else { continue }
+            var eventsRead = (count: 0, last: Int64(0))
+            let eventRows = try await connection.query(Self.events(of: child, after: position, through: through, limit: limit))
             let start = eventRows.isEmpty ? 0 : try Event.Row.start(in: eventRows.columns)
             for row in eventRows {
                 let event = try Event.Row(row, at: start).event()
                 let seq = try row.decode(Int64.self, column: "sync_seq")
-                items.append(Stamped(childID: event.childID, seq: seq, item: .event(event)))
-                perChild[event.childID, default: (0, 0)].count += 1
-                perChild[event.childID, default: (0, 0)].last = seq
+                items.append(Stamped(childID: child, seq: seq, item: .event(event)))
+                eventsRead = (eventsRead.count + 1, seq)
             }
-            for (child, read) in perChild where read.count == limit { horizon[child] = min(horizon[child] ?? .max, read.last) }
-
-            let familyRows = try await connection.query(Self.family(of: ids, after: positions, limit: limit))
-            var caregiversRead: [UUID: (count: Int, last: Int64)] = [:]
-            var removalsRead: [UUID: (count: Int, last: Int64)] = [:]
-            for row in familyRows {
-                let (child, kind, seq, entity, name, role, joined) = try row.decode((UUID, SyncRemoval.Kind, Int64, UUID, String?, CaregiverRole?, Date?).self)
+            var caregiversRead = (count: 0, last: Int64(0))
+            var removalsRead = (count: 0, last: Int64(0))
+            for row in try await connection.query(Self.family(of: child, after: position, through: through, limit: limit)) {
+                let (kind, seq, entity, name, role, joined) = try row.decode((SyncRemoval.Kind, Int64, UUID, String?, CaregiverRole?, Date?).self)
                 if let role, let joined {
                     let caregiver = Caregiver(userID: entity, displayName: name ?? "", role: role, joinedAt: joined)
                     items.append(Stamped(childID: child, seq: seq, item: .caregiver(ChildCaregiver(childID: child, caregiver: caregiver))))
-                    caregiversRead[child, default: (0, 0)].count += 1
-                    caregiversRead[child, default: (0, 0)].last = seq
+                    caregiversRead = (caregiversRead.count + 1, seq)
                 } else {
                     items.append(Stamped(childID: child, seq: seq, item: .removal(SyncRemoval(childID: child, kind: kind, id: entity))))
-                    removalsRead[child, default: (0, 0)].count += 1
-                    removalsRead[child, default: (0, 0)].last = seq
+                    removalsRead = (removalsRead.count + 1, seq)
                 }
             }
-            for read in [caregiversRead, removalsRead] {
-                for (child, read) in read where read.count == limit { horizon[child] = min(horizon[child] ?? .max, read.last) }
+            for read in [eventsRead, caregiversRead, removalsRead] where read.count == limit {
+                horizon[child] = min(horizon[child] ?? .max, read.last)
             }
         }
 
