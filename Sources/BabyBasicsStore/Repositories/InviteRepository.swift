@@ -93,14 +93,19 @@ public struct InviteRepository: Sendable {
     public func redeem(_ code: String, as actingUser: UUID) async throws -> UUID {
         guard let normalized = Self.normalize(code) else { throw StoreError.inviteNotFound }
         return try await routing.writing(as: actingUser) {
+            // First the child the code belongs to (every shard of `invites` on Citus, a plain
+            // read), then everything else in one statement about that child alone: the invite
+            // locked, the membership added, the invite used. The second statement checks the
+            // invite again under its lock; the first only says where to look.
+            let owners = try await pool.query("SELECT i.child_id FROM invites i WHERE i.code = \(normalized) LIMIT 2").decodeColumn(UUID.self)
+            guard owners.count == 1, let owner = owners.first else { throw StoreError.inviteNotFound }
             let rows = try await pool.query("""
                 WITH invite AS (
                     SELECT i.code, i.child_id, i.expires_at, i.redeemed_by, i.redeemed_at FROM invites i
-                    WHERE i.code = \(normalized)
-                      AND NOT EXISTS (SELECT FROM invites other WHERE other.code = i.code AND other.child_id <> i.child_id)
+                    WHERE i.code = \(normalized) AND i.child_id = \(owner)
                     FOR UPDATE OF i
                 ), already AS (
-                    SELECT FROM caregivers cg JOIN invite ON cg.child_id = invite.child_id WHERE cg.user_id = \(actingUser)
+                    SELECT FROM caregivers cg WHERE cg.child_id = \(owner) AND cg.user_id = \(actingUser)
                 ), joined AS (
                     INSERT INTO caregivers (child_id, user_id, role)
                     SELECT invite.child_id, \(actingUser), 'caregiver' FROM invite
@@ -109,7 +114,7 @@ public struct InviteRepository: Sendable {
                     RETURNING child_id
                 ), used AS (
                     UPDATE invites SET redeemed_by = \(actingUser), redeemed_at = now()
-                    WHERE code = \(normalized) AND child_id IN (SELECT child_id FROM joined)
+                    WHERE code = \(normalized) AND child_id = \(owner) AND EXISTS (SELECT FROM joined)
                     RETURNING code
                 )
                 SELECT invite.child_id, invite.redeemed_by, invite.redeemed_at IS NOT NULL AS used,
@@ -138,16 +143,24 @@ public struct InviteRepository: Sendable {
     public func revoke(_ code: String, as actingUser: UUID) async throws {
         guard let code = Self.normalize(code) else { throw StoreError.notFound }
         try await routing.writing(as: actingUser) {
+            // As `redeem`: first which child's invite this is (one the user belongs to, their
+            // primary one first), then one statement about that child alone.
+            let owners = try await pool.query("""
+                SELECT i.child_id FROM invites i
+                JOIN caregivers cg ON cg.child_id = i.child_id AND cg.user_id = \(actingUser)
+                WHERE i.code = \(code)
+                ORDER BY cg.role = 'primary' DESC, i.child_id LIMIT 1
+                """).decodeColumn(UUID.self)
+            guard let owner = owners.first else { throw StoreError.notFound }
             let rows = try await pool.query("""
                 WITH invite AS (
                     SELECT i.code, i.child_id, i.redeemed_at, cg.role FROM invites i
                     JOIN caregivers cg ON cg.child_id = i.child_id AND cg.user_id = \(actingUser)
-                    WHERE i.code = \(code)
-                    ORDER BY cg.role = 'primary' DESC, i.child_id LIMIT 1
+                    WHERE i.code = \(code) AND i.child_id = \(owner) AND cg.child_id = \(owner)
                 ), revoked AS (
-                    DELETE FROM invites i USING invite
-                    WHERE i.code = invite.code AND i.child_id = invite.child_id AND i.redeemed_at IS NULL
-                      AND invite.role = 'primary'
+                    DELETE FROM invites i
+                    WHERE i.code = \(code) AND i.child_id = \(owner) AND i.redeemed_at IS NULL
+                      AND EXISTS (SELECT FROM invite WHERE invite.role = 'primary')
                     RETURNING 1
                 )
                 SELECT (SELECT role FROM invite), (SELECT redeemed_at IS NOT NULL FROM invite), (SELECT count(*) FROM revoked)
