@@ -299,22 +299,39 @@ public struct EventRepository: Sendable {
             least(greatest(\(end.utc)::timestamptz, e.start_time, (e.data ->> 'feeding_started_at')::timestamptz),
                   e.start_time + interval '24 hours')
             """
-        return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, set: """
-            data = CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
-                        ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END,
-            end_time = \(ended), end_tz = \(end.timeZone), end_offset_seconds = utc_offset_seconds(\(end.timeZone), \(ended))
-            """, when: "true", refusal: "this bottle is already finished")
+        // The new values are computed from the row where it is read (`target`), and the UPDATE
+        // only copies them, guarded by the revision they were computed from: Citus refuses an
+        // UPDATE whose SET calls a STABLE function (a cast to timestamptz, a zone's offset) on
+        // the row's columns. A change committed between the read and the write makes the guard
+        // fail; the bottle, still open, is then discarded as it is now.
+        let computed: SQL = """
+            \(ended) AS ended_at, utc_offset_seconds(\(end.timeZone), \(ended)) AS ended_offset,
+            CASE WHEN e.data ? 'amount_remaining_ml' THEN e.data
+                 ELSE e.data || jsonb_build_object('amount_remaining_ml', e.data -> 'amount_prepared_ml') END AS discarded_data,
+            e.revision AS seen_revision
+            """
+        for attempt in 1...3 {
+            do {
+                return try await changeBottle(bottleID, expectedRevision: expectedRevision, as: actingUser, computed: computed, set: """
+                    data = target.discarded_data, end_time = target.ended_at, end_tz = \(end.timeZone), end_offset_seconds = target.ended_offset
+                    """, when: "e.revision = target.seen_revision", refusal: "this bottle is already finished")
+            } catch StoreError.stateConflict(let reason) where expectedRevision == nil && attempt < 3 {
+                let now = try await stored(bottleID, as: actingUser)
+                guard now.end == nil, !now.isDeleted else { throw StoreError.stateConflict(reason: reason) }
+            }
+        }
+        throw StoreError.stateConflict(reason: "the bottle kept changing while it was discarded; try again")
     }
 
     /// One UPDATE of an open (not finished, not deleted) prepared bottle the acting user may
     /// see, at `expectedRevision` when given (`conflict(current:)` when it moved on).
-    private func changeBottle(_ bottleID: UUID, expectedRevision: Int?, as actingUser: UUID, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
+    private func changeBottle(_ bottleID: UUID, expectedRevision: Int?, as actingUser: UUID, computed: SQL? = nil, set: SQL, when condition: SQL, refusal: String, invalidField: String? = nil) async throws -> Event {
         let open: SQL = """
             e.event_type = 'feeding' AND e.data ->> 'kind' = 'bottle' AND e.data ? 'amount_prepared_ml'
             AND e.end_time IS NULL AND e.deleted_at IS NULL AND \(condition) \(Self.revision(expectedRevision))
             """
         do {
-            guard let event = try await changeVisibleEvent(bottleID, as: actingUser, set: set, when: open) else {
+            guard let event = try await changeVisibleEvent(bottleID, as: actingUser, computed: computed, set: set, when: open) else {
                 try await conflictIfChanged(bottleID, expected: expectedRevision, as: actingUser)
                 throw StoreError.stateConflict(reason: refusal)
             }
@@ -411,13 +428,17 @@ public struct EventRepository: Sendable {
 
     /// One UPDATE of an event the acting user may see, when `condition` holds: the changed
     /// event, `nil` when the condition did not hold, `notFound` for anyone else's event.
-    private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, set: SQL, when condition: SQL) async throws -> Event? {
+    /// `computed` adds columns to `target`, read from the row (`e`) before the UPDATE, for
+    /// `set` to copy as `target.<name>`.
+    private func changeVisibleEvent(_ eventID: UUID, as actingUser: UUID, computed: SQL? = nil, set: SQL, when condition: SQL) async throws -> Event? {
+        let extra: SQL = computed.map { ", \($0)" } ?? ""
         // The event is (id, child) among the user's children: another family's event with the
         // same id (events_pkey is unique per child, 0022) is never touched.
         let rows = try await eventErrors(child: childOf(eventID, for: actingUser), by: actingUser) {
             try await pool.query("""
                 WITH target AS (
-                    SELECT e.id, e.child_id FROM events e WHERE e.id = \(eventID) \(inScope("e")) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
+                    SELECT e.id, e.child_id\(extra) FROM events e
+                    WHERE e.id = \(eventID) \(inScope("e")) AND \(Authorization.isCaregiver(of: "e.child_id", for: actingUser))
                     LIMIT 1
                 ), changed AS (
                     UPDATE events e SET \(set), updated_by = \(actingUser)
