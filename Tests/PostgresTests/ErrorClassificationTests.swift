@@ -57,7 +57,10 @@ import Testing
         #expect(forwarded(#"new row for relation "events_102021" violates check constraint "events_first_sip_valid_102021""#, sqlState: "23514") == "events_first_sip_valid")
         #expect(forwarded(duplicate, context: nil) == nil)                              // not from a worker
         #expect(forwarded(duplicate, sqlState: "42P01") == nil)                         // not an integrity error
-        #expect(forwarded(#"duplicate key value violates unique constraint "users_key""#) == nil)   // no shard suffix
+        // A CHECK constraint keeps its name on the shards.
+        #expect(forwarded(#"new row for relation "events_102022" violates check constraint "events_max_duration_24h""#, sqlState: "23514") == "events_max_duration_24h")
+        #expect(forwarded(#"duplicate key value violates unique constraint "users_key""#) == "users_key")
+        #expect(forwarded("null value in column \"name\" of relation \"t_102008\" violates not-null constraint", sqlState: "23502") == nil)
     }
 
     @Test func integrityViolationsNameTheirConstraint() async throws {

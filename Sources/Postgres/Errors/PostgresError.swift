@@ -47,7 +47,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     /// table: only the message, the detail and "while executing command on host:port" in the
     /// context), so for an integrity error passed on that way, and only then, the name is the
     /// one the message quotes (`violates unique constraint "…"`, in English as workers write
-    /// it by default). Anywhere else it is ``constraint``.
+    /// it by default), without its shard suffix if it has one (a CHECK constraint keeps its
+    /// name on the shards). Anywhere else it is ``constraint``.
     ///
     /// ```swift
     /// catch let error as PostgresError where error.declaredConstraint == "users_email_lower_key" { … }
@@ -63,7 +64,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
               let quoted = message.range(of: "constraint \""),
               let end = message[quoted.upperBound...].firstIndex(of: "\"") else { return nil }
         let named = message[quoted.upperBound..<end]
-        guard let underscore = named.lastIndex(of: "_"), Self.isShardSuffix(named[underscore...]), underscore > named.startIndex else { return nil }
+        // Indexes (unique keys, exclusions) are renamed per shard; CHECK constraints are not.
+        guard let underscore = named.lastIndex(of: "_"), Self.isShardSuffix(named[underscore...]), underscore > named.startIndex else { return String(named) }
         return String(named[..<underscore])
     }
 
