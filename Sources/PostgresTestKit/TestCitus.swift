@@ -37,6 +37,17 @@ public struct TestCitus: Sendable {
         ProcessInfo.processInfo.environment["BB_TEST_CITUS"] == "1" ? TestCitus() : nil
     }
 
+    /// What the first `bbmigrate up` of a Citus database adds to its connection string
+    /// (docs/scale-out.md: DDL propagation off until 0027 distributes); empty when not in
+    /// Citus mode. For tests that migrate a database themselves.
+    ///
+    /// ```swift
+    /// let migrator = Migrator(configuration: try PostgresConfiguration(database.connectionString + TestCitus.firstMigrationOptions), options: options)
+    /// ```
+    public static var firstMigrationOptions: String {
+        fromEnvironment() == nil ? "" : "&options=-c%20citus.enable_ddl_propagation%3Doff"
+    }
+
     /// Every node's settings: Citus loaded; prepared transactions for its two-phase commit;
     /// 4 shards a table (not 32: each test creates its own distributed database); logical WAL for
     /// shard moves.

@@ -33,7 +33,7 @@ import Testing
     /// now it passes on the current schema and, on an older one, says the schema is too old.
     @Test func theAppRoleCanCheckTheVersion() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
-        let migrator = Migrator(configuration: database.configuration, options: .init(directory: Self.migrations))
+        let migrator = Migrator(configuration: PostgresConfiguration(database.connectionString + TestCitus.firstMigrationOptions), options: .init(directory: Self.migrations))
         try await migrator.up(to: 22) // the last version before schema_version() (23)
         let app = try await PostgresConnection.connect(database.connectionString + "&options=-crole%3Dbabybasics_app")
         do {
@@ -53,7 +53,7 @@ import Testing
 
     @Test func refusesAnOlderSchemaAndAcceptsTheRequiredOne() async throws {
         let database = try await TestPostgres.shared.makeDatabase()
-        let migrator = Migrator(configuration: database.configuration, options: .init(directory: Self.migrations))
+        let migrator = Migrator(configuration: PostgresConfiguration(database.connectionString + TestCitus.firstMigrationOptions), options: .init(directory: Self.migrations))
         try await migrator.up(to: SchemaVersion.required - 1)
         let connection = try await database.connect()
         do {
