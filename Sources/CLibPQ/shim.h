@@ -19,14 +19,15 @@ static inline bb_send_pipeline_sync_fn bb_send_pipeline_sync_function(void) {
 /// a connection, say), that handler frees OpenSSL's locks under the other thread, which then
 /// crashes on a NULL lock: the process dies with SIGSEGV after its work succeeded. The memory is
 /// the operating system's to reclaim at exit anyway. Only the first `OPENSSL_init_crypto` call
-/// decides, so this runs before libpq's first connection; it does nothing without OpenSSL 1.1.1+
-/// (the flag is `OPENSSL_INIT_NO_ATEXIT`; the function is looked up, not linked).
+/// decides, so this runs before libpq's first connection (the flag is `OPENSSL_INIT_NO_ATEXIT`,
+/// OpenSSL 1.1.1+; the function is looked up, not linked). 1: OpenSSL took the flag; 0: it
+/// refused; -1: no OpenSSL in the process (a libpq built without it).
 typedef int (*bb_openssl_init_crypto_fn)(unsigned long long opts, const void *settings);
 static inline int bb_openssl_skip_cleanup_at_exit(void) {
     void *self = dlopen(NULL, RTLD_LAZY);
     if (self == NULL) return 0;
     bb_openssl_init_crypto_fn init = (bb_openssl_init_crypto_fn)dlsym(self, "OPENSSL_init_crypto");
-    if (init == NULL) return 0;
+    if (init == NULL) return -1;  /* a libpq built without OpenSSL: nothing to keep */
     return init(0x00080000ULL /* OPENSSL_INIT_NO_ATEXIT */, NULL);
 }
 #endif

@@ -62,7 +62,21 @@ enum ConnectPoll {
 /// (see `bb_openssl_skip_cleanup_at_exit` in the C shim): a process that exits while a pool
 /// is still opening a connection on another thread must not crash in OpenSSL's cleanup.
 /// A load test's run ended in SIGSEGV that way after all 447 of its tests had passed.
-let openSSLKeptUntilExit: Bool = bb_openssl_skip_cleanup_at_exit() == 1
+let openSSLAtExit: OpenSSLAtExit = switch bb_openssl_skip_cleanup_at_exit() {
+    case 1: .cleanupSkipped
+    case -1: .noOpenSSL
+    default: .refused
+}
+
+/// What OpenSSL was told about its cleanup at exit (`openSSLAtExit`).
+enum OpenSSLAtExit: Equatable {
+    /// OpenSSL took the flag: it leaves its state to the operating system at exit.
+    case cleanupSkipped
+    /// No OpenSSL in the process (libpq built without it): nothing to clean up.
+    case noOpenSSL
+    /// OpenSSL refused the flag (it had been stopped already).
+    case refused
+}
 
 /// A libpq connection handle. Used on its event loop's thread, or on the one helper thread a
 /// blocking COPY hands it to; never from two threads at once.
@@ -77,7 +91,7 @@ final class LibPQConnection: @unchecked Sendable {
     /// Starts connecting without blocking on the network (`PQconnectStartParams`; a host name
     /// may still be resolved, so call it off the event loop). Nil when libpq is out of memory.
     static func start(keywords: [String], values: [String]) -> LibPQConnection? {
-        _ = openSSLKeptUntilExit
+        _ = openSSLAtExit
         let started = withCStringArray(keywords) { k in withCStringArray(values) { v in PQconnectStartParams(k, v, 1) } }
         return started.map(LibPQConnection.init)
     }
