@@ -49,15 +49,15 @@ public struct MigrationSession: Sendable {
             let connection: PostgresConnection
             do {
                 connection = try await PostgresConnection.connect(configuration)
+            } catch let error as PostgresError where Self.endedBeforeItsSettings(error) && attempt < 5 {
+                attempt += 1
+                continue
             } catch {
                 throw MigratorError.classify(error, target: target)
             }
             do {
                 try await connection.executeUnsafeRawSQL(prepareSQL)
-            } catch let error as PostgresError where [.connectionFailure, .adminShutdown].contains(error.kind) && attempt < 3 {
-                // The new session ended before its settings arrived: a server with a short
-                // idle_session_timeout ends a session its client was too slow to use (a busy
-                // machine). Nothing was done in it; a fresh one is tried, twice at most.
+            } catch let error as PostgresError where Self.endedBeforeItsSettings(error) && attempt < 5 {
                 await connection.close()
                 attempt += 1
                 continue
@@ -67,6 +67,15 @@ public struct MigrationSession: Sendable {
             }
             return try await finishOpening(connection, configuration: configuration, target: target, detectPooler: detectPooler)
         }
+    }
+
+    /// Whether a new session ended before its settings (`idle_session_timeout = 0` among them)
+    /// arrived, with nothing done in it: a server with a short `idle_session_timeout` ends a
+    /// session whose client was too slow to use it (a busy machine), during the connection's
+    /// own start-up or before `prepareSQL`. A fresh one is tried, four times at most. A server
+    /// that refuses or cannot be reached is not this: it fails at once.
+    static func endedBeforeItsSettings(_ error: PostgresError) -> Bool {
+        error.kind == .adminShutdown || (error.kind == .connectionFailure && error.lostConnectionOutcome != nil)
     }
 
     /// The rest of `open` once the session has its settings.

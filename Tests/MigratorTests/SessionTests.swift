@@ -1,7 +1,7 @@
 import EmbeddedPostgres
 import PostgresTestKit
 import Foundation
-import Migrator
+@testable import Migrator
 import Postgres
 import Testing
 
@@ -41,6 +41,19 @@ import Testing
         // 0002 ran as the migration user, in public, without 0001's settings, temp table or LISTEN.
         #expect(owners == ["owned_by_migrator postgres", "owned_by_role \(role)"])
         #expect(try await connection.fetchValue(String.self, "SELECT applied_by FROM bbmigrate.schema_migrations WHERE version = 2") == "postgres")
+    }
+
+    /// Which errors of a new session mean "it ended before its settings arrived, nothing was
+    /// done: open another" (the idle-session killer under load), and which fail at once.
+    @Test func onlyASessionEndedEarlyIsOpenedAgain() {
+        var killed = PostgresError(kind: PostgresError.kind(forSQLState: "57P05"), message: "terminating connection due to idle-session timeout", sqlState: "57P05")
+        #expect(MigrationSession.endedBeforeItsSettings(killed))
+        killed = PostgresError(kind: .connectionFailure, message: "the connection is broken")
+        killed.lostConnectionOutcome = .safe
+        #expect(MigrationSession.endedBeforeItsSettings(killed))
+        #expect(!MigrationSession.endedBeforeItsSettings(PostgresError(kind: .connectionFailure, message: "connection refused")))
+        #expect(!MigrationSession.endedBeforeItsSettings(PostgresError(kind: .connectionFailure, message: "password authentication failed for user \"x\"", sqlState: "28P01")))
+        #expect(!MigrationSession.endedBeforeItsSettings(PostgresError(kind: .syntaxError, message: "syntax error", sqlState: "42601")))
     }
 
     @Test func theLockSurvivesAnIdleSessionKillerAndASecondRunnerWaits() async throws {

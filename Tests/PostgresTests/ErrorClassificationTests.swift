@@ -220,7 +220,7 @@ import Testing
             ("23505", .uniqueViolation), ("23503", .foreignKeyViolation), ("23502", .notNullViolation),
             ("23514", .checkViolation), ("23P01", .exclusionViolation), ("40001", .serializationFailure),
             ("40P01", .deadlockDetected), ("55P03", .lockNotAvailable), ("57014", .queryCanceled),
-            ("08006", .connectionFailure), ("08001", .connectionFailure), ("57P01", .adminShutdown),
+            ("08006", .connectionFailure), ("08001", .connectionFailure), ("57P01", .adminShutdown), ("57P05", .adminShutdown), ("57P04", .otherServerError),
             ("42P01", .undefinedTable), ("42703", .undefinedColumn), ("42601", .syntaxError), ("XX000", .otherServerError),
         ]
         for (state, kind) in table { #expect(PostgresError.kind(forSQLState: state) == kind) }

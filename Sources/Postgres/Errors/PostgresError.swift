@@ -106,7 +106,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         // Connection
         /// The connection could not be made, or broke (class 08, or libpq saw the socket close).
         case connectionFailure
-        /// The server terminated the session or is shutting down (57P01, 57P02, 57P03).
+        /// The server terminated the session or is shutting down (57P01, 57P02, 57P03), or
+        /// ended it for sitting idle too long (57P05, `idle_session_timeout`).
         case adminShutdown
         // Statement
         case undefinedTable
@@ -197,7 +198,7 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         case "40P01": .deadlockDetected
         case "55P03": .lockNotAvailable
         case "57014": .queryCanceled
-        case "57P01", "57P02", "57P03": .adminShutdown
+        case "57P01", "57P02", "57P03", "57P05": .adminShutdown
         case "42P01": .undefinedTable
         case "42703": .undefinedColumn
         case "42883": .undefinedFunction
