@@ -11,6 +11,8 @@ struct Routing: Sendable {
     let retry: RetryPolicy
     /// How long a read and a write may take in all (see `StoreDeadlines`).
     let deadlines: StoreDeadlines
+    /// The push of committed changes where the database cannot send it (Citus).
+    let announcer = ChangeAnnouncer()
 
     /// A read by `user`: `body` gets the pool to read from. A replica that fails for a reason
     /// of its own (lost, unreachable) is skipped and the read runs again on the primary;

@@ -50,6 +50,7 @@ public struct CaregiverRepository: Sendable {
             if theirs == .primary { throw StoreError.primaryCaregiverCannotLeave }
             guard removed == 1 else { throw StoreError.notFound }
         }
+        await routing.announce([childID])
     }
 
     /// The acting user stops being a caregiver of the child. The primary must transfer the
@@ -71,5 +72,6 @@ public struct CaregiverRepository: Sendable {
             guard let mine else { throw StoreError.notFound }
             if mine == .primary || removed == 0 { throw StoreError.primaryCaregiverCannotLeave }
         }
+        await routing.announce([childID])
     }
 }

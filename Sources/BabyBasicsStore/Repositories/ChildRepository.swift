@@ -19,7 +19,7 @@ public struct ChildRepository: Sendable {
         try Validate.birthDate(draft.birthDate, timezone: draft.settings.timezone)
         let id = UUID()
         let settings = draft.settings
-        return try await routing.writing(as: actingUser) {
+        let created = try await routing.writing(as: actingUser) {
             try await pool.transaction { connection in
                 try await connection.execute("""
                     INSERT INTO children (id, name, birth_date, primary_caregiver_id, timezone, day_start_time, settings)
@@ -31,6 +31,8 @@ public struct ChildRepository: Sendable {
                 return try one(try await connection.query(Self.select(id, as: actingUser)), as: Child.Row.self).child
             }
         }
+        await routing.announce([id])
+        return created
     }
 
     static func select(_ id: UUID, as actingUser: UUID) -> SQL {
@@ -68,7 +70,7 @@ public struct ChildRepository: Sendable {
             try Validate.birthDate(birthDate, timezone: changes.settings?.timezone ?? "Pacific/Kiritimati")
         }
         let settings = changes.settings
-        return try await routing.writing(as: actingUser) {
+        let updated = try await routing.writing(as: actingUser) {
             let rows = try await pool.query("""
                 UPDATE children AS c SET
                     name = coalesce(\(name), c.name),
@@ -82,6 +84,8 @@ public struct ChildRepository: Sendable {
                 """)
             return try one(rows, as: Child.Row.self).child
         }
+        await routing.announce([id])
+        return updated
     }
 
     /// Deletes a child with its events, caregivers and invites (one statement, so one
@@ -99,6 +103,7 @@ public struct ChildRepository: Sendable {
                 """)
             try Authorization.requirePrimary(rows)
         }
+        await routing.announce([id])
     }
 
     /// Makes `newPrimary` (already a caregiver) the primary caregiver. Primary only.
@@ -114,5 +119,6 @@ public struct ChildRepository: Sendable {
                 """)
             try Authorization.requirePrimary(rows)
         }
+        await routing.announce([id])
     }
 }

@@ -66,7 +66,9 @@ public struct EventRepository: Sendable {
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
             let event = try Event.Row(row).event()
             guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
-            return (event, try row.decode(Bool.self, column: "created"))
+            let created = try row.decode(Bool.self, column: "created")
+            if created { await routing.announce([event.childID]) }
+            return (event, created)
         }
         throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
     }
@@ -239,6 +241,7 @@ public struct EventRepository: Sendable {
             }
             throw StoreError.noActiveSleep
         }
+        await routing.announce([event.childID])
         return EndedSleep(event: event)
     }
 
@@ -449,7 +452,9 @@ public struct EventRepository: Sendable {
                 SELECT (SELECT 'caregiver'::text FROM target) AS my_role, changed.* FROM (SELECT 1) AS one LEFT JOIN changed ON true
                 """)
         }
-        return try Self.memberEvent(rows)
+        let changed = try Self.memberEvent(rows)
+        if let changed { await routing.announce([changed.childID]) }
+        return changed
     }
 
     /// Hard-deletes events soft-deleted more than 30 days ago, with their history (PRD §11).

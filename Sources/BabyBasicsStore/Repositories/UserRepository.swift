@@ -77,18 +77,35 @@ public struct UserRepository: Sendable {
     @discardableResult
     public func rename(to displayName: String, as actingUser: UUID) async throws -> User {
         let name = try Validate.displayName(displayName)
-        return try await routing.writing(as: actingUser) {
+        let renamed = try await routing.writing(as: actingUser) {
+            // set_display_name() (0028) also reaches the children's sync feeds on a Citus
+            // cluster, where trigger users_sync_display_name cannot run.
             let rows = try await pool.query("""
-                UPDATE users AS u SET display_name = \(name) WHERE u.id = \(actingUser) RETURNING \(User.ownColumns)
+                SELECT \(User.ownColumns) FROM set_display_name(\(actingUser), \(name)) AS u
                 """)
             return try one(rows, as: User.self)
         }
+        // Every child's feed carries the new name (its caregivers rows were re-stamped).
+        await routing.announcer.announce(on: pool) {
+            try await pool.query("SELECT child_id FROM caregivers WHERE user_id = \(actingUser)").decodeColumn(UUID.self)
+        }
+        return renamed
     }
 
     /// Deletes the acting user's account (PRD §11). Refused with `soleCaregiver` while they are
     /// the only caregiver of a child; where other caregivers remain, the longest-standing one
     /// becomes primary. Events they logged stay with the child, unattributed.
     public func deleteAccount(as actingUser: UUID) async throws {
+        // The children it changes, read before they are changed, where the store must announce
+        // them itself (Citus; see ChangeAnnouncer). Nothing is read on one server.
+        let affected = try await mappingErrors(routing) {
+            guard try await routing.announcer.isNeeded(on: pool) else { return [UUID]() }
+            return try await pool.query("""
+                SELECT child_id FROM caregivers WHERE user_id = \(actingUser)
+                UNION
+                SELECT child_id FROM events WHERE logged_by = \(actingUser) OR updated_by = \(actingUser) OR deleted_by = \(actingUser)
+                """).decodeColumn(UUID.self)
+        }
         do {
             let deleted = try await retryingSafeErrors(routing) { try await pool.query("SELECT delete_user_account(\(actingUser))") }
             guard try deleted.first?.decode(Bool.self, at: 0) == true else {
@@ -96,6 +113,7 @@ public struct UserRepository: Sendable {
             }
             // Their reads (a token still in use) must not find the account on a replica.
             if let router = routing.router { await router.noteWrite(by: actingUser) }
+            await routing.announce(affected)
         } catch let error as PostgresError where error.declaredConstraint == "users_sole_caregiver_of_child" {
             // The children that block it, for the message (the refusal itself was the database's).
             let children = try await pool.query("""
