@@ -256,10 +256,13 @@ private struct RolledBack: Error {}
                 try await group.waitForAll()
             }
         }
-        // Both transactions hold a transaction id (they wrote) before anything else happens.
+        // Both transactions hold a transaction id (they wrote) before anything else happens. On
+        // a Citus cluster the insert's transaction id is on the child's worker: every node's
+        // sessions are in citus_stat_activity.
+        let activity: SQL = TestCitus.fromEnvironment() == nil ? "pg_stat_activity" : "citus_stat_activity"
         try await waitUntil {
             try await fixture.admin.fetchValue(Int.self, """
-                SELECT count(*)::int FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND state = 'idle in transaction'
+                SELECT count(*)::int FROM \(activity) WHERE backend_xid IS NOT NULL AND state = 'idle in transaction'
                   AND datname IN (current_database(), \(elsewhere.name))
                 """) == 2
         }
@@ -505,8 +508,12 @@ private struct RolledBack: Error {}
         let secondPID = await second.backendPID
         let secondStamp = Task { try await second.fetchValue(Int64.self, insert) }
         var waiting = false
+        // On a Citus cluster the lock wait is on the child's worker (citus_lock_waits).
+        let waits: SQL = TestCitus.fromEnvironment() == nil
+            ? "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = \(secondPID)"
+            : "SELECT count(*) > 0 FROM citus_lock_waits"
         for _ in 0..<500 where !waiting {
-            waiting = try await fixture.admin.fetchValue(Bool.self, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = \(secondPID)") == true
+            waiting = try await fixture.admin.fetchValue(Bool.self, waits) == true
             if !waiting { try await Task.sleep(for: .milliseconds(10)) }
         }
         #expect(waiting, "the second writer of the child did not wait for the first")

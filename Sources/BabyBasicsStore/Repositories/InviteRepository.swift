@@ -105,7 +105,8 @@ public struct InviteRepository: Sendable {
                     WHERE i.code = \(normalized) AND i.child_id = \(owner)
                     FOR UPDATE OF i
                 ), already AS (
-                    SELECT FROM caregivers cg WHERE cg.child_id = \(owner) AND cg.user_id = \(actingUser)
+                    -- One column: Citus cannot carry a CTE without columns between its steps.
+                    SELECT 1 FROM caregivers cg WHERE cg.child_id = \(owner) AND cg.user_id = \(actingUser)
                 ), joined AS (
                     INSERT INTO caregivers (child_id, user_id, role)
                     SELECT invite.child_id, \(actingUser), 'caregiver' FROM invite
@@ -124,6 +125,7 @@ public struct InviteRepository: Sendable {
                 """)
             guard let row = rows.first else { throw StoreError.inviteNotFound }
             let (childID, redeemedBy, used, expired, alreadyMember, joined) = try row.decode((UUID, UUID?, Bool, Bool, Bool, Bool).self)
+            if joined { await routing.announce([childID]) }
             if joined || alreadyMember || redeemedBy == actingUser { return childID }
             if used { throw StoreError.inviteUsed }
             if expired { throw StoreError.inviteExpired }
