@@ -24,6 +24,11 @@
 --    plain server the trigger stays on, and an UPDATE by hand still reaches
 --    the feeds.
 --
+-- 3. sync_start_new_epoch() wrote gen_random_uuid() in its UPDATE's SET, which
+--    Citus refuses on a reference table (a volatile function there would give
+--    each node's copy another value). The new epoch is drawn first, then
+--    written: one value on every node. Same result on a plain server.
+--
 -- Locks: none beyond a catalog update and, on Citus, ALTER TABLE users
 -- DISABLE TRIGGER (SHARE ROW EXCLUSIVE on users, brief).
 
@@ -144,6 +149,18 @@ $$;
 
 COMMENT ON FUNCTION set_display_name(uuid, text) IS
 'Renames a user (users.display_name) and returns the row; no row for an unknown user. Where trigger users_sync_display_name is off (a Citus coordinator, 0028) it also re-stamps the user''s caregivers rows child by child in id order, as the trigger does elsewhere, so each child''s sync feed delivers the new name. SECURITY INVOKER. The store renames with it; on Citus a DBA must too.';
+
+CREATE OR REPLACE FUNCTION sync_start_new_epoch() RETURNS uuid
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_drawn uuid := gen_random_uuid();
+    v_epoch uuid;
+BEGIN
+    UPDATE sync_state SET epoch = v_drawn RETURNING epoch INTO v_epoch;
+    RETURN v_epoch;
+END
+$$;
 
 DO $citus$
 BEGIN
