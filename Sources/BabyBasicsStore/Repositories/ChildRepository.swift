@@ -109,15 +109,20 @@ public struct ChildRepository: Sendable {
     /// Makes `newPrimary` (already a caregiver) the primary caregiver. Primary only.
     public func transferPrimary(of id: UUID, to newPrimary: UUID, as actingUser: UUID) async throws {
         try await routing.writing(as: actingUser) {
-            let rows = try await pool.query("""
-                WITH me AS (
-                    \(Authorization.membership(of: id, for: actingUser))
-                ), transferred AS (
-                    SELECT transfer_primary_caregiver(\(id), \(newPrimary)) FROM me WHERE me.role = 'primary'
-                )
-                SELECT (SELECT role FROM me), (SELECT count(*) FROM transferred)
-                """)
-            try Authorization.requirePrimary(rows)
+            try await pool.transaction { connection in
+                // The child locked (as the function locks it first) with the acting user's
+                // role; then the transfer, a call of its own: Citus cannot run the function
+                // inside a statement it sends to a shard.
+                let role = try await connection.fetchValue(CaregiverRole.self, """
+                    SELECT me.role FROM children c
+                    JOIN caregivers me ON me.child_id = c.id AND me.user_id = \(actingUser)
+                    WHERE c.id = \(id) AND me.child_id = \(id)
+                    FOR UPDATE OF c
+                    """)
+                guard let role else { throw StoreError.notFound }
+                guard role == .primary else { throw StoreError.forbidden(required: .primary) }
+                _ = try await connection.query("SELECT transfer_primary_caregiver(\(id), \(newPrimary))")
+            }
         }
         await routing.announce([id])
     }
