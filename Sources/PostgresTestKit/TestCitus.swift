@@ -120,7 +120,16 @@ public struct TestCitus: Sendable {
         }
         for role in roles {
             let alter = try await connection.fetchValue(String.self, "SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', \(role)::text, \(password)::text)") ?? ""
-            try await connection.executeUnsafeRawSQL(alter)
+            // A test migrating a database of its own (outside the queue of creations) may
+            // update the same role at once: "tuple concurrently updated". Once it is done, again.
+            for attempt in 1... {
+                do {
+                    try await connection.executeUnsafeRawSQL(alter)
+                    break
+                } catch let error as PostgresError where error.message.contains("tuple concurrently updated") && attempt < 5 {
+                    continue
+                }
+            }
             try await connection.execute("""
                 INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, \(role), \("password=" + password))
                 ON CONFLICT DO NOTHING

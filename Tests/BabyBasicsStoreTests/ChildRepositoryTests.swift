@@ -104,11 +104,15 @@ import Testing
         let parent = try await fixture.user("Parent")
         // (On a Citus coordinator the trigger runs on the shards; the setting lets it be
         // created there. On one server it is an unused custom setting.)
+        // One statement per call: Citus passes a function's creation on to the workers as the
+        // text it came in, and a worker refuses several commands in one prepared statement.
+        try await fixture.admin.executeUnsafeRawSQL("SET citus.enable_unsafe_triggers = on")
         try await fixture.admin.executeUnsafeRawSQL("""
-            SET citus.enable_unsafe_triggers = on;
             CREATE FUNCTION test_refuse_caregiver() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'caregiver insert refused by the test' USING ERRCODE = 'P0001'; END $$;
-            CREATE TRIGGER test_refuse_caregiver BEFORE INSERT ON caregivers FOR EACH ROW EXECUTE FUNCTION test_refuse_caregiver();
+            BEGIN RAISE EXCEPTION 'caregiver insert refused by the test' USING ERRCODE = 'P0001'; END $$
+            """)
+        try await fixture.admin.executeUnsafeRawSQL("""
+            CREATE TRIGGER test_refuse_caregiver BEFORE INSERT ON caregivers FOR EACH ROW EXECUTE FUNCTION test_refuse_caregiver()
             """)
         await #expect(throws: PostgresError.self) {
             _ = try await fixture.store.children.create(ChildDraft(name: "Orphan?", birthDate: PostgresDate(year: 2026, month: 1, day: 1)), as: parent.id)

@@ -126,9 +126,9 @@ import Testing
         let forgotten = try await fixture.store.events.startSleep(for: child.id, at: at("2026-11-18 12:00", "Europe/London"), as: user.id)
         let now = at("2026-11-20 12:00", "Europe/London").utc
         let app = try await fixture.store.events.timeline(for: child.id, day: PostgresDate(year: 2026, month: 11, day: 20), now: now, as: user.id)
-        let dba = try await PostgresConnection.connect(PostgresConfiguration(fixture.database.connectionString + "&options=-crole%3Dbabybasics_readonly"))
-        let rows = try await dba.query("SELECT id FROM timeline_events(\(child.id), \(app.from), \(app.to), \(now))").decodeColumn(UUID.self)
-        await dba.close()
+        let rows = try await dbaIDs(fixture, "SELECT id FROM timeline_events(\(child.id), \(app.from), \(app.to), \(now))",
+                                    psql: "SELECT id FROM timeline_events(:'child', :'from', :'to', :'now')",
+                                    ["child": child.id.uuidString, "from": psqlInstant(app.from), "to": psqlInstant(app.to), "now": psqlInstant(now)])
         #expect(rows == app.events.map(\.id) && rows.count == 4 && rows.last == forgotten.id, "\(rows)")
     }
 
