@@ -1,6 +1,6 @@
 -- 0028_renames_and_account_deletion_on_citus.sql
 --
--- Two things a Citus coordinator could not do with 0027's schema, found by
+-- What a Citus coordinator could not do with 0027's schema, found by
 -- the store's suite on a three-node cluster (make citus-check). On a plain
 -- PostgreSQL server the behaviour stays what it was.
 --
@@ -9,7 +9,10 @@
 --    shard per statement ("could not run distributed query with FOR
 --    UPDATE/SHARE commands"). It now takes the same locks in the same order
 --    (children by id, then each child's caregivers rows by user), one child
---    per statement. Nothing else of the function changes.
+--    per statement. On Citus it also asks for one connection per node
+--    (citus.multi_shard_modify_mode = sequential, for its transaction): it
+--    changes events on several shards and then deletes from users, which
+--    Citus refuses after changes made in parallel. Nothing else changes.
 --
 -- 2. A display name change reaches the feeds of the user's children because
 --    trigger users_sync_display_name re-stamps the user's caregivers rows.
@@ -24,7 +27,13 @@
 --    plain server the trigger stays on, and an UPDATE by hand still reaches
 --    the feeds.
 --
--- 3. sync_start_new_epoch() wrote gen_random_uuid() in its UPDATE's SET, which
+-- 3. On a Citus coordinator, timeline_events() and sync_events_since() (the
+--    DBA's readers) become PL/pgSQL with the same queries: Citus cannot plan a
+--    SQL-language function that reads a distributed table, even called with
+--    values. On a plain server they stay SQL functions that PostgreSQL inlines
+--    (EXPLAIN shows their index scans).
+--
+-- 4. sync_start_new_epoch() wrote gen_random_uuid() in its UPDATE's SET, which
 --    Citus refuses on a reference table (a volatile function there would give
 --    each node's copy another value). The new epoch is drawn first, then
 --    written: one value on every node. Same result on a plain server.
@@ -43,6 +52,12 @@ DECLARE
     v_child     uuid;
     v_successor uuid;
 BEGIN
+    -- On Citus: one connection per node for this transaction. It changes rows of
+    -- events on several shards and then deletes from users, a reference table,
+    -- which Citus refuses after parallel changes (0028).
+    IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') THEN
+        PERFORM pg_catalog.set_config('citus.multi_shard_modify_mode', 'sequential', true);
+    END IF;
     PERFORM 1 FROM public.users WHERE id = p_user_id FOR UPDATE;
     IF NOT FOUND THEN
         RETURN false;
@@ -170,6 +185,57 @@ BEGIN
     SET LOCAL citus.enable_ddl_propagation = on;
     SET LOCAL citus.enable_unsafe_triggers = on;
     ALTER TABLE public.users DISABLE TRIGGER users_sync_display_name;
+
+    -- The DBA's readers as PL/pgSQL: Citus cannot plan a SQL function that reads
+    -- a distributed table (it inlines it with its arguments as parameters,
+    -- "parameterized queries for SQL functions referencing distributed tables
+    -- are not supported"), even called with values. The same queries, run from
+    -- the coordinator as router queries on the child's node.
+    EXECUTE $definition$
+CREATE OR REPLACE FUNCTION public.timeline_events(p_child_id uuid, p_from timestamptz, p_to timestamptz, p_now timestamptz DEFAULT now())
+RETURNS SETOF public.events
+LANGUAGE plpgsql
+STABLE
+AS $body$
+BEGIN
+    RETURN QUERY
+    SELECT e.*
+      FROM public.events AS e
+     WHERE e.child_id = p_child_id
+       AND e.deleted_at IS NULL
+       AND e.start_time < p_to
+       AND e.start_time >= p_from - interval '24 hours'
+       AND (e.start_time >= p_from
+            OR e.end_time > p_from
+            OR (e.end_time IS NULL AND e.event_type = 'sleep' AND p_now > p_from))
+    UNION ALL
+    SELECT e.*
+      FROM public.events AS e
+     WHERE e.child_id = p_child_id
+       AND e.event_type = 'sleep' AND e.end_time IS NULL AND e.deleted_at IS NULL
+       AND e.start_time < p_from - interval '24 hours'
+       AND p_now > p_from
+     ORDER BY start_time DESC, id;
+END
+$body$
+$definition$;
+    EXECUTE $definition$
+CREATE OR REPLACE FUNCTION public.sync_events_since(p_child_id uuid, p_after bigint DEFAULT 0, p_limit integer DEFAULT 500)
+RETURNS SETOF public.events
+LANGUAGE plpgsql
+STABLE
+AS $body$
+BEGIN
+    RETURN QUERY
+    SELECT e.*
+      FROM public.events AS e
+     WHERE e.child_id = p_child_id
+       AND e.change_seq > p_after
+     ORDER BY e.change_seq
+     LIMIT p_limit;
+END
+$body$
+$definition$;
     COMMENT ON TRIGGER users_sync_display_name ON public.users IS
         'Off on this Citus coordinator (0028): a reference table''s trigger cannot query caregivers. Rename with set_display_name(), which re-stamps the memberships itself.';
 END
