@@ -102,7 +102,8 @@ final class QueryObserver: Sendable {
             if let error = error as? PostgresError {
                 metadata["error.kind"] = "\(error.kind.rawValue)"
                 if let sqlState = error.sqlState { metadata["db.response.status_code"] = "\(sqlState)" }
-                if let constraint = error.constraint { metadata["error.constraint"] = "\(constraint)" }
+                // As declared: on Citus the shard's copy, or only the message, names it.
+                if let constraint = error.declaredConstraint { metadata["error.constraint"] = "\(constraint)" }
                 if let table = error.table { metadata["error.table"] = "\(table)" }
                 if let column = error.column { metadata["error.column"] = "\(column)" }
             } else if let error = error as? PostgresDecodingError {
