@@ -260,14 +260,25 @@ struct SyncPageBuilder {
         // child, the last stamp below which every row was read (a kind that hit `limit` may
         // have more above it).
         var horizon: [UUID: Int64] = [:]
-        // One child at a time, each statement naming its child (one shard on Citus), in a fixed
-        // order. Every row read is at or below the child's position read above: on one server
-        // the transaction's snapshot is the same anyway; on Citus a later statement may see a
-        // newer state of the shard, whose rows above the position belong to the next page.
-        for child in after.keys.sorted(by: { $0.uuidString < $1.uuidString }) {
-            guard let position = after[child], let through = highest[child] else { continue }
+        // Per child, two statements naming it (one shard each on Citus), all sent in one
+        // pipeline: one round trip whatever the number of children. Every row read is at or
+        // below the child's position read above: on one server the transaction's snapshot is
+        // the same anyway; on Citus a later statement may see a newer state of the shard, whose
+        // rows above the position belong to the next page.
+        let reading = after.keys.sorted { $0.uuidString < $1.uuidString }
+        var statements: [SQL] = []
+        for child in reading {
+            let position = after[child] ?? 0, through = highest[child] ?? 0
+            statements.append(Self.events(of: child, after: position, through: through, limit: limit))
+            statements.append(Self.family(of: child, after: position, through: through, limit: limit))
+        }
+        let results = try await connection.pipeline(statements)
+        guard results.count == statements.count else {
+            throw PostgresError(kind: .protocolViolation, message: "the feed's pipeline of \(statements.count) statements came back with \(results.count) results")
+        }
+        for (index, child) in reading.enumerated() {
+            let eventRows = results[2 * index], familyRows = results[2 * index + 1]
             var eventsRead = (count: 0, last: Int64(0))
-            let eventRows = try await connection.query(Self.events(of: child, after: position, through: through, limit: limit))
             let start = eventRows.isEmpty ? 0 : try Event.Row.start(in: eventRows.columns)
             for row in eventRows {
                 let event = try Event.Row(row, at: start).event()
@@ -277,7 +288,7 @@ struct SyncPageBuilder {
             }
             var caregiversRead = (count: 0, last: Int64(0))
             var removalsRead = (count: 0, last: Int64(0))
-            for row in try await connection.query(Self.family(of: child, after: position, through: through, limit: limit)) {
+            for row in familyRows {
                 let (kind, seq, entity, name, role, joined) = try row.decode((SyncRemoval.Kind, Int64, UUID, String?, CaregiverRole?, Date?).self)
                 if let role, let joined {
                     let caregiver = Caregiver(userID: entity, displayName: name ?? "", role: role, joinedAt: joined)
