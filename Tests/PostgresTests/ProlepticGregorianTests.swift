@@ -56,7 +56,9 @@ import Testing
                     #expect(ISOTimestamp.format(microseconds: micros, alwaysFraction: true) == theirs)
                     #expect(ISOTimestamp.parseMicroseconds(theirs) == micros)
                     #expect(try row.decode(Bool.self, at: 2))
-                    let date = PostgresDate(ProlepticGregorian.date(microseconds: micros), in: TimeZone(identifier: "Asia/Kathmandu") ?? .gmt)
+                    // From the exact microseconds: a `Date` in year 140 holds about 8 µs, and
+                    // 18:18:43.999999 became a `Date` on the next second (and day) there.
+                    let date = PostgresDate(microseconds: micros, in: TimeZone(identifier: "Asia/Kathmandu") ?? .gmt)
                     // Kathmandu's offset before 1920 was +05:41:16, which Foundation and tzdata agree on.
                     #expect(date.description == (try row.decode(String.self, at: 1)), "\(theirs)")
                 }
@@ -64,6 +66,30 @@ import Testing
                 Issue.record("\(error)")
             }
         }
+    }
+
+    /// The last microsecond of a day stays on that day, before 1970 too, where dividing toward
+    /// zero used to round the instant up to the next second: the instant the property test above
+    /// found (year 140, Kathmandu's local mean time of +05:41:16) and half a second before 1970.
+    @Test func theLastMicrosecondOfADayIsThatDay() async throws {
+        let (connection, _) = try await freshConnection()
+        let kathmandu = TimeZone(identifier: "Asia/Kathmandu") ?? .gmt
+        let cases: [(instant: String, zone: String, day: String)] = [
+            ("0140-11-22T18:18:43.999999Z", "Asia/Kathmandu", "0140-11-22"),
+            ("1969-12-31T23:59:59.500000Z", "UTC", "1969-12-31"),
+            ("1969-12-31T23:59:59.999999Z", "UTC", "1969-12-31"),
+            ("1970-01-01T00:00:00.000000Z", "UTC", "1970-01-01"),
+            ("1969-12-31T18:14:59.999999Z", "Asia/Kathmandu", "1969-12-31"),
+        ]
+        for (instant, zone, day) in cases {
+            let micros = try #require(ISOTimestamp.parseMicroseconds(instant))
+            let theirs = try await connection.query("SELECT ((\(instant)::timestamptz) AT TIME ZONE \(zone))::date::text")
+            #expect(try theirs.first?.decode(String.self, at: 0) == day, "\(instant) in \(zone)")
+            #expect(PostgresDate(microseconds: micros, in: zone == "UTC" ? .gmt : kathmandu).description == day, "\(instant) in \(zone)")
+        }
+        // Near 1970 a `Date` holds the microsecond, and the `Date` form agrees.
+        #expect(PostgresDate(Date(timeIntervalSince1970: -0.5), in: .gmt).description == "1969-12-31")
+        #expect(PostgresDate(Date(timeIntervalSince1970: -0.000001), in: .gmt).description == "1969-12-31")
     }
 
     /// Within about 136 years of 2001, where a `Date` holds every microsecond: microseconds to

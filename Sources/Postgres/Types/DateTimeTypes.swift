@@ -154,10 +154,32 @@ public struct PostgresDate: Hashable, Comparable, Sendable, Codable, CustomStrin
 
     /// The calendar date (proleptic Gregorian, as PostgreSQL's) in `timeZone` at the instant
     /// `date`.
+    ///
+    /// ```swift
+    /// let today = PostgresDate(Date(), in: TimeZone(identifier: "Asia/Kathmandu") ?? .gmt)
+    /// ```
+    ///
+    /// A `Date` far from 2001 holds fewer digits than a microsecond (about 8 µs in year 140):
+    /// for an instant read from PostgreSQL, ``init(microseconds:in:)`` is exact.
     public init(_ date: Date, in timeZone: TimeZone) {
-        let micros = ProlepticGregorian.microseconds(of: date) ?? 0
-        let local = micros / 1_000_000 + Int64(timeZone.secondsFromGMT(for: date))
-        let (year, month, day) = ProlepticGregorian.civil(days: local >= 0 ? local / 86_400 : (local - 86_399) / 86_400)
+        self.init(microseconds: ProlepticGregorian.microseconds(of: date) ?? 0, in: timeZone)
+    }
+
+    /// The calendar date in `timeZone` at the instant `micros` microseconds after 1970-01-01
+    /// 00:00 UTC: what PostgreSQL's `(t AT TIME ZONE zone)::date` says.
+    ///
+    /// ```swift
+    /// let day = PostgresDate(microseconds: -500_000, in: .gmt) // 1969-12-31 (23:59:59.5)
+    /// ```
+    public init(microseconds micros: Int64, in timeZone: TimeZone) {
+        // Whole seconds rounded down, also before 1970: truncating toward zero put
+        // 23:59:59.5 of a day before 1970 on the next day.
+        let (q, r) = micros.quotientAndRemainder(dividingBy: 1_000_000)
+        let seconds = r < 0 ? q - 1 : q
+        let offset = timeZone.secondsFromGMT(for: ProlepticGregorian.date(microseconds: seconds &* 1_000_000))
+        let local = seconds &+ Int64(offset)
+        let (days, rest) = local.quotientAndRemainder(dividingBy: 86_400)
+        let (year, month, day) = ProlepticGregorian.civil(days: rest < 0 ? days - 1 : days)
         self.init(year: Int(clamping: year), month: Int(month), day: Int(day))
     }
 
