@@ -102,6 +102,34 @@ public struct TestCitus: Sendable {
         }
     }
 
+    /// Sets `setting` to `value` for `role` in `database` on every node (`ALTER ROLE … IN
+    /// DATABASE … SET`), as docs/scale-out.md tells an operator to set the store's server bounds:
+    /// a start-up option reaches the coordinator's session only, while Citus's own sessions on
+    /// the workers start with the role's settings. New sessions take it; open ones keep theirs.
+    /// Returns false, doing nothing, when not in Citus mode.
+    ///
+    /// ```swift
+    /// try await TestCitus.setOnEveryNode("lock_timeout", to: "100ms", forRole: "babybasics_app", in: database)
+    /// ```
+    @discardableResult
+    public static func setOnEveryNode(_ setting: String, to value: String, forRole role: String, in database: TestDatabase) async throws -> Bool {
+        guard fromEnvironment() != nil else { return false }
+        let workers = Self.workers.withLock { $0 }
+        for node in [database.cluster] + workers {
+            let connection = try await PostgresConnection.connect(try node.connectionString(database: database.name))
+            try await closing(connection) {
+                // Each node by itself, as an operator would on a node that is not the coordinator.
+                try await connection.execute("SET citus.enable_alter_role_set_propagation = off")
+                // Names cannot be parameters: the server quotes them (format %I, %L).
+                let alter = try await connection.fetchValue(String.self, """
+                    SELECT format('ALTER ROLE %I IN DATABASE %I SET %I = %L', \(role)::text, \(database.name)::text, \(setting)::text, \(value)::text)
+                    """) ?? ""
+                try await connection.executeUnsafeRawSQL(alter)
+            }
+        }
+        return true
+    }
+
     /// Every role but the built-in ones may log in with the shared password, and Citus is told
     /// that password for each (`pg_dist_authinfo`, this database's). With `coordinator`, the
     /// coordinator's roles are created first where missing.
