@@ -275,7 +275,8 @@ import Testing
         #expect(try await rows(Timeline.statement(child: child.id, day: day, now: now, as: stranger.id)).isEmpty)
 
         let refused = EventDraft(childID: child.id, payload: .diaper(.wet), start: start)
-        let answer = try #require(try await rows(EventRepository.recordStatement(refused, as: stranger.id)).first)
+        #expect(try await rows(EventRepository.recordStatement(refused, as: stranger.id)).isEmpty)
+        let answer = try #require(try await rows(EventRepository.recordedStatement(refused, as: stranger.id)).first)
         #expect(try answer.decode(String?.self, column: "my_role") == nil && answer.isNull(at: try #require(answer.columnIndex("id"))))
         #expect(try await fixture.admin.fetchValue(Int.self, "SELECT count(*) FROM events WHERE id = \(refused.id)") == 0)
 
@@ -283,5 +284,11 @@ import Testing
         let stored = try #require(try await rows(EventRepository.recordStatement(accepted, as: user.id)).first)
         #expect(try stored.decode(Bool.self, column: "created"))
         #expect(try await fixture.store.events.timeline(for: child.id, day: day, now: now, as: user.id).events.map(\.id).contains(accepted.id))
+        // Sent again, it stores nothing; the caregiver's second statement finds it, the same.
+        #expect(try await rows(EventRepository.recordStatement(accepted, as: user.id)).isEmpty)
+        let again = try #require(try await rows(EventRepository.recordedStatement(accepted, as: user.id)).first)
+        #expect(try again.decode(String?.self, column: "my_role") == "primary")
+        #expect(try again.decode(Bool.self, column: "same") && !(try again.decode(Bool.self, column: "created")))
+        #expect(try again.decode(UUID.self, column: "id") == accepted.id)
     }
 }

@@ -56,63 +56,82 @@ public struct EventRepository: Sendable {
     /// ```
     public func record(_ draft: EventDraft, as actingUser: UUID) async throws -> (event: Event, created: Bool) {
         try Validate.event(payload: draft.payload, start: draft.start, end: draft.end, notes: draft.notes)
-        let sql = Self.recordStatement(draft, as: actingUser)
-        // A concurrent insert of the same id can commit after this statement's snapshot: the
-        // INSERT then does nothing and the SELECT cannot see the row yet. Run it once more.
+        let insert = Self.recordStatement(draft, as: actingUser)
         for _ in 0..<3 {
-            let rows = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(sql) }
-            guard let row = rows.first else { throw StoreError.notFound }
-            guard try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
+            let inserted = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(insert) }
+            if let row = inserted.first {
+                let event = try Event.Row(row).event()
+                await routing.announce([event.childID])
+                return (event, true)
+            }
+            // Nothing stored: not a caregiver, or the child has an event with this id. The
+            // INSERT waited for a concurrent one of the same id to commit, so this later
+            // statement sees it.
+            let rows = try await eventErrors(child: "\(draft.childID)", by: actingUser) { try await pool.query(Self.recordedStatement(draft, as: actingUser)) }
+            guard let row = rows.first, try row.decode(CaregiverRole?.self, column: "my_role") != nil else { throw StoreError.notFound }
+            // Gone again in between (purged): store it anew.
             guard let idColumn = row.columnIndex("id"), !row.isNull(at: idColumn) else { continue }
             let event = try Event.Row(row).event()
             guard try row.decode(Bool.self, column: "same") else { throw StoreError.conflict(current: event) }
-            let created = try row.decode(Bool.self, column: "created")
-            if created { await routing.announce([event.childID]) }
-            return (event, created)
+            return (event, false)
         }
         throw StoreError.stateConflict(reason: "the event is being written by another request; retry")
     }
 
-    /// The one statement `record(_:as:)` runs (after validating `draft`): its text is
-    /// `description`, its values `parameters`. For `EXPLAIN` in psql, or to give another client
-    /// the same work.
+    /// The statement `record(_:as:)` runs first (after validating `draft`): it stores the event
+    /// when `actingUser` is a caregiver of its child and the child has no event with its id,
+    /// and returns it (`Event.columns`, `same` and `created`, both true); no row otherwise.
+    /// Its text is `description`, its values `parameters`: for `EXPLAIN` in psql, or to give
+    /// another client the same work.
+    ///
+    /// One `INSERT … SELECT` about one child, with no CTE: on a Citus cluster the whole of it
+    /// goes to the child's node in one round trip and commits there alone (an `INSERT` in a
+    /// CTE cannot be routed; it was run apart, its result sent to every node, and each log
+    /// became a two-phase commit).
     ///
     /// ```swift
     /// let sql = EventRepository.recordStatement(draft, as: userID)
-    /// print(sql.description)   // WITH me AS (…), inserted AS (INSERT INTO events …
+    /// print(sql.description)   // INSERT INTO events AS e (…) SELECT … FROM caregivers …
     /// ```
     public static func recordStatement(_ draft: EventDraft, as actingUser: UUID) -> SQL {
-        let data = EventData(draft.payload)
         // An id is unique per child, and only that (events_pkey (id, child_id), migrations
         // 0022 and 0025): the key decides, so parallel requests cannot get around it. The same
-        // id for another child is another event.
-        return """
-            WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser))),
-            inserted AS (
-                INSERT INTO events AS e (id, child_id, logged_by, updated_by, event_type, start_time, start_tz, start_offset_seconds,
-                                         end_time, end_tz, end_offset_seconds, data, notes)
-                SELECT \(draft.id), \(draft.childID), \(actingUser), \(actingUser), \(draft.payload.type),
-                       \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
-                       \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: data), \(draft.notes)
-                FROM me
-                ON CONFLICT (child_id, id) DO NOTHING
-                RETURNING \(Event.columns), true AS same, true AS created
-            ),
-            existing AS (
-                SELECT \(Event.columns),
-                       (e.event_type = \(draft.payload.type)
-                        AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
-                        AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
-                        AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
-                        AND e.data = \(json: data) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
-                       false AS created
-                FROM events e
-                WHERE e.id = \(draft.id) AND e.child_id = \(draft.childID) AND NOT EXISTS (SELECT FROM inserted)
-                  AND EXISTS (SELECT FROM me)
-            )
-            SELECT (SELECT role FROM me) AS my_role, r.* FROM (SELECT 1) AS one
-            LEFT JOIN (SELECT * FROM inserted UNION ALL SELECT * FROM existing) AS r ON true
-            """
+        // id for another child is another event. The child's id is the membership row's, so
+        // Citus sees a read and a write of one shard.
+        """
+        INSERT INTO events AS e (id, child_id, logged_by, updated_by, event_type, start_time, start_tz, start_offset_seconds,
+                                 end_time, end_tz, end_offset_seconds, data, notes)
+        SELECT \(draft.id), me.child_id, \(actingUser), \(actingUser), \(draft.payload.type),
+               \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
+               \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: EventData(draft.payload)), \(draft.notes)
+        FROM caregivers me
+        WHERE me.child_id = \(draft.childID) AND me.user_id = \(actingUser)
+        ON CONFLICT (child_id, id) DO NOTHING
+        RETURNING \(Event.columns), true AS same, true AS created
+        """
+    }
+
+    /// What `record(_:as:)` reads when ``recordStatement(_:as:)`` stored nothing: the user's
+    /// role in the child (`my_role`, NULL for a stranger) and, for a caregiver, the child's
+    /// event with the draft's id (`Event.columns`, NULL when there is none), with `same` (its
+    /// content is the draft's: a client's retry) and `created` (false).
+    ///
+    /// ```swift
+    /// let answer = try await connection.query(EventRepository.recordedStatement(draft, as: userID))
+    /// ```
+    public static func recordedStatement(_ draft: EventDraft, as actingUser: UUID) -> SQL {
+        """
+        WITH me AS (\(Authorization.membership(of: draft.childID, for: actingUser)))
+        SELECT (SELECT role FROM me) AS my_role, \(Event.columns),
+               (e.event_type = \(draft.payload.type)
+                AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
+                AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
+                AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
+                AND e.data = \(json: EventData(draft.payload)) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
+               false AS created
+        FROM (SELECT 1) AS one
+        LEFT JOIN events e ON e.id = \(draft.id) AND e.child_id = \(draft.childID) AND EXISTS (SELECT FROM me)
+        """
     }
 
     /// Runs `body`, turning a refused second active sleep or bottle feeding into
