@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The development cluster's folder (bbmigrate reads the same variable).
 DATA_DIR := $(or $(BB_DATA_DIR),.bbdata)
 
-.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite example-test docs fuzz up down psql clean bench citus-check
+.PHONY: help deps test-deps pg18 compose-check build build-tests test test-suite example-test docs fuzz up down psql clean bench citus-check citus-bench
 
 # Seconds each fuzz target runs: briefly in `make test`, longer in `make fuzz`.
 FUZZ_SMOKE_SECONDS ?= 5
@@ -24,6 +24,7 @@ help:
 	@echo "make fuzz   run every libFuzzer target for FUZZ_SECONDS (default 300) each"
 	@echo "make docs   build the DocC documentation of the wrapper, the store and the migrator into .build/docs/"
 	@echo "make citus-check CITUS_SRC=~/citus   the store's suite on a real Citus cluster (coordinator + 2 workers; not in make test)"
+	@echo "make citus-bench CITUS_SRC=~/citus   the store on that cluster against one server, and a shard move under load (BENCHMARKS.md)"
 
 # What building and `make up` need: pkg-config, libpq-dev (headers + pkg-config file), the
 # PostgreSQL server programs the embedded cluster runs, and psql. `make test` also needs python3
@@ -178,6 +179,14 @@ clean:
 # mirror and a Citus checkout, so it lives beside make bench, not in make test.
 citus-check: deps
 	@CITUS_SRC="$(CITUS_SRC)" SWIFT="$(SWIFT)" scripts/citus-check.sh
+
+# The Citus section of BENCHMARKS.md: dashboard, timeline and insert on a coordinator with two
+# workers against one server of the same build, and a shard move under load (lost and repeated
+# sync changes counted). Needs what make citus-check needs; a full make bench keeps the section.
+citus-bench: deps
+	@bin=$$(CITUS_SRC="$(CITUS_SRC)" scripts/citus-build.sh) || exit 2; \
+	$(SWIFT) build -c release --package-path Benchmarks && \
+	BB_TEST_CITUS=1 BB_PG_BINDIR="$$bin" Benchmarks/.build/release/bb-bench --only=citus $(BENCH_ARGS)
 
 # Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few

@@ -12,6 +12,8 @@ import Postgres
 ///
 ///     bb-bench [--quick] [--large] [--only=roundtrips,decoding,writes,sync,concurrency,mix,domain,growth,writepath,scaleout,http]
 ///                                   run everything (or those groups), write BENCHMARKS.md and Benchmarks/results/
+///     bb-bench --only=citus           (make citus-bench) the store on a Citus cluster against one server, and a
+///                                   shard move under load: its own section of BENCHMARKS.md and results/citus.json
 ///     bb-bench export-memory URL CHILD USER   (internal) export one child, print peak RSS
 @main
 struct Bench {
@@ -80,6 +82,8 @@ struct Runner {
     var scaleOutResult: ScaleOutResult?
     /// The HTTP group (HTTP.swift).
     var httpResult: HTTPResult?
+    /// The Citus group (Citus.swift), run only by `make citus-bench` (`--only=citus`).
+    var citusResult: CitusResult?
     /// --large: the growth group goes on to 10M events.
     var large = false
     /// Groups to run; nil: all.
@@ -92,6 +96,13 @@ struct Runner {
     mutating func run() async throws {
         let clock = ContinuousClock()
         let started = clock.now
+        if only == ["citus"] {
+            // make citus-bench: the Citus group alone, into its own section of BENCHMARKS.md.
+            try await citus()
+            try writeCitusSection()
+            log("done in \(Int(seconds(clock.now - started))) s")
+            return
+        }
         let cBinary = ProcessInfo.processInfo.environment["BB_BENCH_CLIBPQ"] ?? repository.appendingPathComponent(".build/bench-clibpq").path
         guard FileManager.default.isExecutableFile(atPath: cBinary) else { throw BenchError("\(cBinary) is missing: run make bench") }
 

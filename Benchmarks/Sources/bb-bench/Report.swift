@@ -43,6 +43,7 @@ extension Runner {
         lines += writePathSection()
         lines += scaleOutSection()
         lines += httpSection()
+        lines += keptCitusSection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [
             "- EXPLAIN (ANALYZE, BUFFERS) of the dashboard, timeline, sync page and export statements, captured by auto_explain",
@@ -60,6 +61,34 @@ extension Runner {
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult, http: httpResult, mix: mixResults)).write(to: folder.appendingPathComponent("latest.json"))
+    }
+
+    /// The Citus section as the last `make citus-bench` wrote it (between its markers): a full
+    /// run keeps it, as it cannot measure it.
+    func keptCitusSection() -> [String] {
+        let text = (try? String(contentsOf: repository.appendingPathComponent("BENCHMARKS.md"), encoding: .utf8)) ?? ""
+        guard let begin = text.range(of: "<!-- citus:begin -->"), let end = text.range(of: "<!-- citus:end -->"), begin.lowerBound < end.lowerBound else { return [] }
+        return [""] + text[begin.lowerBound..<end.upperBound].split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    }
+
+    /// `make citus-bench`: writes Benchmarks/results/citus.json and puts the Citus section into
+    /// BENCHMARKS.md (in place of the last one, or before the notes), leaving the rest as it is.
+    func writeCitusSection() throws {
+        guard let result = citusResult else { return }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(result).write(to: repository.appendingPathComponent("Benchmarks/results/citus.json"))
+        let file = repository.appendingPathComponent("BENCHMARKS.md")
+        var text = (try? String(contentsOf: file, encoding: .utf8)) ?? "# Benchmarks\n"
+        let section = citusSection(result).joined(separator: "\n")
+        if let begin = text.range(of: "<!-- citus:begin -->"), let end = text.range(of: "<!-- citus:end -->"), begin.lowerBound < end.lowerBound {
+            text.replaceSubrange(begin.lowerBound..<end.upperBound, with: section)
+        } else if let notes = text.range(of: "\n## Notes\n") {
+            text.replaceSubrange(notes.lowerBound..<notes.lowerBound, with: "\n" + section + "\n")
+        } else {
+            text += "\n" + section + "\n"
+        }
+        try Data(text.utf8).write(to: file)
     }
 
     func format(_ measurement: Measurement, unit: String) -> String {
