@@ -19,6 +19,11 @@ struct CitusResult: Codable, Sendable {
     /// router query on the cluster: planned on the coordinator, run on one worker).
     var roundTripSingle = Measurement(), roundTripCluster = Measurement()
     var oneRowSingle = Measurement(), oneRowCluster = Measurement()
+    /// What fans out: a caregiver of four children lists them, reads one sync page of all four,
+    /// and exports everything as JSON.
+    var childrenSingle = Measurement(), childrenCluster = Measurement()
+    var syncSingle = Measurement(), syncCluster = Measurement()
+    var exportSingle = Measurement(), exportCluster = Measurement()
     var move = ShardMoveResult()
     var date = ""
     var machine = ""
@@ -104,6 +109,30 @@ extension Runner {
         var clusterConfiguration = PostgresConfiguration(database.connectionString + "&options=-crole%3Dbabybasics_app")
         clusterConfiguration.serverSettings["plan_cache_mode"] = "auto"
         let clusterStore = Store(pool: PostgresPool(configuration: Store.configured(clusterConfiguration), options: PoolOptions(maximumConnections: 8)))
+
+        // A grandparent who cares for four of the children (on different shards, most likely):
+        // the calls that must read every shard.
+        let grandparent = UUID()
+        for admin in [singleAdmin, clusterAdmin] {
+            try await admin.execute("INSERT INTO users (id, email, display_name) VALUES (\(grandparent), \("grandparent-\(grandparent.uuidString.prefix(8))@example.com"), 'Grandparent')")
+        }
+        for index in 0..<4 {
+            try await singleAdmin.execute("INSERT INTO caregivers (child_id, user_id, role) VALUES (\(singleFamilies[index].child), \(grandparent), 'caregiver')")
+            try await clusterAdmin.execute("INSERT INTO caregivers (child_id, user_id, role) VALUES (\(clusterFamilies[index].child), \(grandparent), 'caregiver')")
+        }
+        let fanOutCalls = quick ? 20 : 100
+        for round in 0..<(fanOutCalls + 5) {
+            let c1 = try await timed { _ = try await singleStore.children.list(as: grandparent) }.1
+            let c2 = try await timed { _ = try await clusterStore.children.list(as: grandparent) }.1
+            let s1 = try await timed { _ = try await singleStore.events.changes(for: grandparent, after: .start, limit: 500) }.1
+            let s2 = try await timed { _ = try await clusterStore.events.changes(for: grandparent, after: .start, limit: 500) }.1
+            let e1 = try await timed { try await singleStore.events.exportJSON(as: grandparent) { _ in } }.1
+            let e2 = try await timed { try await clusterStore.events.exportJSON(as: grandparent) { _ in } }.1
+            guard round >= 5 else { continue }
+            result.childrenSingle.latencies.append(c1); result.childrenCluster.latencies.append(c2)
+            result.syncSingle.latencies.append(s1); result.syncCluster.latencies.append(s2)
+            result.exportSingle.latencies.append(e1); result.exportCluster.latencies.append(e2)
+        }
 
         // 1. Dashboard, timeline and one insert, interleaved call by call (one server, cluster, …).
         let calls = quick ? 100 : 500
@@ -287,12 +316,20 @@ extension Runner {
             "| Timeline, one day | \(cell(result.timelineSingle)) | \(cell(result.timelineCluster)) | \(ratio(result.timelineCluster, result.timelineSingle)) |",
             "| Insert (`events.log`, stamped, one shard) | \(cell(result.insertSingle)) | \(cell(result.insertCluster)) | \(ratio(result.insertCluster, result.insertSingle)) |",
             "",
-            "Every statement here is one task on one worker, with no subplan (`OneChildOneNodeTests`). What a call pays on the",
+            "Every statement about one child is one task on one worker, with no subplan (`OneChildOneNodeTests`). What a call pays on the",
             "cluster beyond one server: the coordinator parses and plans the statement and deparses it for the worker",
             "(EXPLAIN ANALYZE of the dashboard on the coordinator, steady state: 1.4–1.5 ms of planning), and the worker parses",
             "and plans it again, at every call (Citus sends it as an unnamed statement): the bigger the statement, the",
             "bigger the ratio. Logging an event is one `INSERT … SELECT` (it was 13.6× with the `INSERT` in a CTE, which",
             "Citus ran apart and committed in two phases on both workers).",
+            "",
+            "What must read every shard, for a caregiver of four of the children (p50 / p99 of \(result.childrenSingle.latencies.count) calls each):",
+            "",
+            "| Case | One server | Cluster (coordinator) | Cluster / one server (p50) |",
+            "| --- | --- | --- | --- |",
+            "| The user's children (`children.list`: every shard) | \(cell(result.childrenSingle)) | \(cell(result.childrenCluster)) | \(ratio(result.childrenCluster, result.childrenSingle)) |",
+            "| One sync page of all four (the list, then one pipelined statement pair per child) | \(cell(result.syncSingle)) | \(cell(result.syncCluster)) | \(ratio(result.syncCluster, result.syncSingle)) |",
+            "| The JSON export of everything the user sees (four children × 30 days) | \(cell(result.exportSingle)) | \(cell(result.exportCluster)) | \(ratio(result.exportCluster, result.exportSingle)) |",
             "",
             "**A shard move under load.** `citus_move_shard_placement(…, 'force_logical')` moved one shard group (\(move.shardsMoved)",
             "co-located shards) to the other worker in \(String(format: "%.1f", move.moveSeconds)) s while four writers logged events for every child",
