@@ -91,8 +91,15 @@ public struct TestCitus: Sendable {
             // The first bbmigrate up of a Citus database, as docs/scale-out.md describes it.
             try await admin.execute("SET citus.enable_ddl_propagation = off")
             try await admin.execute("ALTER DATABASE \(identifier: name) SET citus.enable_ddl_propagation = off")
-            let connection = try await PostgresConnection.connect(try coordinator.connectionString(database: name))
-            try await Self.closing(connection) { try await setup(connection) }
+            // A migration that distributes makes Citus bring the app's role up to date on the
+            // workers; another database's setup or a test's role setting may update that role's
+            // row at the same moment ("tuple concurrently updated", the whole migration file
+            // rolled back). Only the test kit runs many databases' DDL on one cluster at once:
+            // once the other is done, again (bbmigrate goes on where it stopped).
+            try await Self.retryingConcurrentRoleUpdates {
+                let connection = try await PostgresConnection.connect(try coordinator.connectionString(database: name))
+                try await Self.closing(connection) { try await setup(connection) }
+            }
             try await admin.execute("ALTER DATABASE \(identifier: name) RESET citus.enable_ddl_propagation")
         }
         // The roles the setup created (the app's), on every node.
@@ -124,7 +131,7 @@ public struct TestCitus: Sendable {
                 let alter = try await connection.fetchValue(String.self, """
                     SELECT format('ALTER ROLE %I IN DATABASE %I SET %I = %L', \(role)::text, \(database.name)::text, \(setting)::text, \(value)::text)
                     """) ?? ""
-                try await connection.executeUnsafeRawSQL(alter)
+                try await retryingConcurrentRoleUpdates { try await connection.executeUnsafeRawSQL(alter) }
             }
         }
         return true
@@ -149,19 +156,30 @@ public struct TestCitus: Sendable {
         for role in roles {
             let alter = try await connection.fetchValue(String.self, "SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', \(role)::text, \(password)::text)") ?? ""
             // A test migrating a database of its own (outside the queue of creations) may
-            // update the same role at once: "tuple concurrently updated". Once it is done, again.
-            for attempt in 1... {
-                do {
-                    try await connection.executeUnsafeRawSQL(alter)
-                    break
-                } catch let error as PostgresError where error.message.contains("tuple concurrently updated") && attempt < 5 {
-                    continue
-                }
-            }
+            // update the same role at once.
+            try await retryingConcurrentRoleUpdates { try await connection.executeUnsafeRawSQL(alter) }
             try await connection.execute("""
                 INSERT INTO pg_dist_authinfo (nodeid, rolename, authinfo) VALUES (0, \(role), \("password=" + password))
                 ON CONFLICT DO NOTHING
                 """)
+        }
+    }
+
+    /// Runs `body` again (4 times at most) when it failed because another session updated the
+    /// same role's catalog row at once ("tuple concurrently updated", SQLSTATE XX000): the test
+    /// kit's databases share their roles, and their DDL runs in parallel. Any other error, or
+    /// the fifth, is thrown.
+    @discardableResult
+    private static func retryingConcurrentRoleUpdates<T>(_ body: () async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await body()
+            } catch where attempt < 5 && "\(error)".contains("tuple concurrently updated") {
+                // A short pause lets the other transaction finish before the next attempt.
+                try await Task.sleep(for: .milliseconds(50 * attempt))
+                attempt += 1
+            }
         }
     }
 
