@@ -188,7 +188,7 @@ citus-bench: deps
 	$(SWIFT) build -c release --package-path Benchmarks && \
 	BB_TEST_CITUS=1 BB_PG_BINDIR="$$bin" Benchmarks/.build/release/bb-bench --only=citus $(BENCH_ARGS)
 
-# Benchmarks: ours vs C libpq vs PostgresNIO (a separate package, never built by `make test`).
+# Benchmarks: ours vs C libpq, pgbench, PostgresNIO and asyncpg (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few
 # minutes the first time; the run itself stays under 10 minutes on 2 cores.
 bench: deps
@@ -196,6 +196,11 @@ bench: deps
 		$(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null || echo "warning: wrk could not be installed; the HTTP group is skipped" >&2; }
 	@mkdir -p .build
 	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
+	@if ! .venv-bench/bin/python -c 'import asyncpg, uvloop' >/dev/null 2>&1; then \
+		echo "Installing asyncpg and uvloop (the concurrency group's Python peer) from PyPI into .venv-bench/"; \
+		rm -rf .venv-bench; python3 -m venv .venv-bench && .venv-bench/bin/pip install -q --disable-pip-version-check "asyncpg==0.32.0" "uvloop==0.23.0" \
+		|| { echo "warning: could not install asyncpg from PyPI; its column stays empty (delete .venv-bench/ to try again)" >&2; rm -rf .venv-bench; }; \
+	fi
 	$(SWIFT) build -c release --package-path Benchmarks
 	@if [ "$(BENCH_LIBPQ)" = 18 ]; then \
 		$(MAKE) --no-print-directory pg18 >/dev/null && bin=$$(scripts/pg18-bindir.sh) || exit 2; \

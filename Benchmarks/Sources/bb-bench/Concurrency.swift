@@ -8,8 +8,9 @@ import Glibc
 #endif
 
 /// Many callers through a pool of P connections: ours (`PostgresPool`, one-statement calls
-/// pipelined), PostgresNIO's `PostgresClient` with the same limit, and pgbench with P clients
-/// as the floor. Same server, same statements, one after the other.
+/// pipelined), PostgresNIO's `PostgresClient` and asyncpg's pool (on uvloop) with the same
+/// limit, and pgbench with P clients as the floor. Same server, same statements, one after the
+/// other; then a few cells again with the server on one core and the client on another.
 struct LoadResult: Codable, Sendable {
     var client: String
     var statement: String
@@ -86,9 +87,13 @@ extension Runner {
                     loads.append(try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration, onIOThread: true).0)
                     loads.append(try await loadPgbench(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
                     loads.append(try await loadNIO(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
+                    if let asyncpg = try await loadAsyncpg(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration) {
+                        loads.append(asyncpg)
+                    }
                 }
             }
         }
+        self.pinnedLoads = try await pinned(cluster: cluster, callerCounts: callerCounts, duration: duration)
         // Flat over time: one long run, throughput per 10 s window.
         let long = quick ? 20.0 : 60.0
         log("concurrency: \(long) s run of SELECT $1, P=16, C=256, for throughput over time")
@@ -168,6 +173,62 @@ extension Runner {
         running.cancel()
         _ = await running.value
         return summarize("PostgresNIO", statement, callers, connections, records, elapsed, used)
+    }
+
+    /// SELECT $1 at P = 16 with the server's processes on one CPU and this process (and pgbench,
+    /// and Python, which inherit it) on another: every client of the table, cell by cell. Empty
+    /// (with a note) on a machine with one CPU, or where the processes cannot be pinned.
+    mutating func pinned(cluster: EmbeddedPostgres, callerCounts: [Int], duration: Double) async throws -> [LoadResult] {
+        let cpus = Pinning.allowedCPUs()
+        guard cpus.count >= 2 else {
+            notes.append("Concurrency, pinned: skipped, this process may use \(cpus.count) CPU (two are needed: one for the server, one for the client).")
+            return []
+        }
+        // The server on the first CPU, the client on the last: on a 2-core machine, one each.
+        let server = cpus[0], client = cpus[cpus.count - 1]
+        var loads: [LoadResult] = []
+        do {
+            try await Pinning.with(cluster: cluster, server: server, client: client, all: cpus) {
+                for callers in callerCounts {
+                    log("concurrency, pinned (server on CPU \(server), client on CPU \(client)): SELECT $1, P=16, C=\(callers)")
+                    loads.append(try await loadOurs(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration).0)
+                    loads.append(try await loadOurs(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration, onIOThread: true).0)
+                    loads.append(try await loadPgbench(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration))
+                    loads.append(try await loadNIO(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration))
+                    if let asyncpg = try await loadAsyncpg(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration) {
+                        loads.append(asyncpg)
+                    }
+                }
+            }
+        } catch let error as BenchError where error.description.hasPrefix("cannot pin") {
+            notes.append("Concurrency, pinned: skipped, \(error.description).")
+            return []
+        }
+        return loads
+    }
+
+    /// asyncpg's pool on uvloop (`Benchmarks/asyncpg/bench.py`, run by the Python of
+    /// `BB_BENCH_PYTHON`, else `.venv-bench/bin/python`, which `make bench` installs), the same
+    /// statement with its own random parameter; nil (the column shows –) without that Python.
+    func loadAsyncpg(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double) async throws -> LoadResult? {
+        let python = ProcessInfo.processInfo.environment["BB_BENCH_PYTHON"] ?? repository.appendingPathComponent(".venv-bench/bin/python").path
+        guard FileManager.default.isExecutableFile(atPath: python) else { return nil }
+        var environment = ProcessInfo.processInfo.environment
+        environment["PGPASSFILE"] = cluster.passFile.path
+        let result = try await ChildProcess.spawn([
+            python, repository.appendingPathComponent("Benchmarks/asyncpg/bench.py").path,
+            "--host", cluster.directory.path, "--port", String(try cluster.port()), "--user", EmbeddedPostgres.superuser, "--database", "bench",
+            "--statement", "\(statement)", "--callers", String(callers), "--connections", String(connections), "--seconds", String(duration),
+        ], environment: environment).result()
+        struct Output: Decodable { var operations: Int; var seconds: Double; var p50: Double; var p99: Double; var maximum: Double; var cpu: Double; var switches: Double }
+        guard result.status == 0, let line = result.stdout.split(separator: "\n").last,
+              let output = try? JSONDecoder().decode(Output.self, from: Data(line.utf8)) else {
+            throw BenchError("asyncpg's bench failed (exit \(result.status)): \(result.stderr.suffix(2000))")
+        }
+        let count = Double(max(output.operations, 1))
+        return LoadResult(client: "asyncpg", statement: statement.rawValue, callers: callers, connections: connections, operations: output.operations,
+                          seconds: output.seconds, p50: output.p50, p99: output.p99, maximum: output.maximum,
+                          cpuPerOperation: output.cpu / count, switchesPerOperation: output.switches / count)
     }
 
     /// pgbench with as many clients as there are connections (one connection per client), at

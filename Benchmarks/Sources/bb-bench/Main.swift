@@ -72,6 +72,8 @@ struct Runner {
     /// The concurrency group (Concurrency.swift).
     var loads: [LoadResult] = []
     var flatness: Flatness?
+    /// The same group's pinned cells: the server on one CPU, the client on another.
+    var pinnedLoads: [LoadResult] = []
     /// The backend mix under concurrency (Mix.swift).
     var mixResults: [MixResult] = []
     /// The growth group (Growth.swift).
