@@ -42,10 +42,17 @@ public final class FaultProxy: Sendable {
     private let listener: Int32
     private let state = Mutex(State())
 
+    /// Descriptors are shut down only under this lock and only while listed here; their owners
+    /// (the pump threads, the accept loop) unlist them under the same lock before they close
+    /// them. A descriptor number is reused by the next socket the process opens (another
+    /// test's proxy, a connection), so a shutdown after the close would cut someone else's
+    /// socket: a load run saw a new proxy refuse connections that way.
     private struct State {
         var mode = Mode.forward
         var sockets: Set<Int32> = []
         var stopped = false
+        /// Until the accept loop closes the listener.
+        var listening = true
         var generation = 0
         var accepted = 0
     }
@@ -85,6 +92,10 @@ public final class FaultProxy: Sendable {
         return proxy
     }
 
+    /// The listening socket's descriptor number (for the test that it is never touched after
+    /// the proxy closed it).
+    package var listenerDescriptor: Int32 { listener }
+
     private init(port: Int, upstream: String, passFile: URL, listener: Int32) {
         self.port = port
         self.upstream = upstream
@@ -94,20 +105,23 @@ public final class FaultProxy: Sendable {
 
     /// Closes every proxied connection now (the client sees the connection drop).
     public func cutAll() {
-        let sockets = state.withLock { state -> Set<Int32> in
+        state.withLock { state in
             state.generation += 1
-            let sockets = state.sockets
+            // shutdown, not close: the pump threads still hold the descriptors and close them,
+            // after this (they see the set emptied).
+            for fd in state.sockets { shutdown(fd, Int32(SHUT_RDWR)) }
             state.sockets.removeAll()
-            return sockets
         }
-        // shutdown, not close: the pump threads still hold the descriptors and close them.
-        for fd in sockets { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
-    /// Stops listening and closes every connection.
+    /// Stops listening and closes every connection. Calling it again does nothing.
     public func stop() {
-        state.withLock { $0.stopped = true }
-        shutdown(listener, Int32(SHUT_RDWR))
+        state.withLock { state in
+            guard !state.stopped else { return }
+            state.stopped = true
+            // Wakes the accept loop, which then closes the listener.
+            if state.listening { shutdown(listener, Int32(SHUT_RDWR)) }
+        }
         cutAll()
     }
 
@@ -115,7 +129,13 @@ public final class FaultProxy: Sendable {
         while true {
             let client = accept(listener, nil, nil)
             if client < 0 {
-                if errno == EINTR { continue }
+                let failure = errno
+                if state.withLock({ $0.stopped }) { break }
+                if failure == EINTR || failure == ECONNABORTED { continue }
+                if failure == EMFILE || failure == ENFILE || failure == ENOBUFS || failure == ENOMEM {
+                    usleep(10_000) // out of descriptors or memory for a moment: the client waits in the backlog
+                    continue
+                }
                 break
             }
             if state.withLock({ $0.stopped }) {
@@ -139,7 +159,17 @@ public final class FaultProxy: Sendable {
                 if server >= 0 { close(server) }
                 continue
             }
-            state.withLock { $0.sockets.formUnion([client, server]) }
+            // Listed only while the proxy runs: a pair accepted as stop() cut the others is closed.
+            let listed = state.withLock { state -> Bool in
+                guard !state.stopped else { return false }
+                state.sockets.formUnion([client, server])
+                return true
+            }
+            guard listed else {
+                close(client)
+                close(server)
+                break
+            }
             let pair = Pair()
             Thread.detachNewThread {
                 nameThread()
@@ -150,6 +180,7 @@ public final class FaultProxy: Sendable {
                 self.pump(from: server, to: client, answers: true, pair: pair)
             }
         }
+        state.withLock { $0.listening = false }
         close(listener)
     }
 
