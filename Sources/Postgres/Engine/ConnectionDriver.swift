@@ -63,7 +63,8 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
 
     private var connectContinuation: CheckedContinuation<Void, any Error>?
     private var requests: [UInt64: Request] = [:]
-    private var timers: [ConnectionStateMachine.Timer: TimerHeap.ID] = [:]
+    /// The loop's id of the connect timer; a request's timers are kept in its `Request`.
+    private var connectTimer: TimerHeap.ID?
     private var completionWaiters: [UInt64: [CheckedContinuation<Void, Never>]] = [:]
     private var cancelObject: CancelObject?
     /// The last request whose Sync waits in libpq's buffer, and how many do (libpq 17+): they
@@ -94,7 +95,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     /// Runs `event` against the machine, performs its actions, then does what follows any
     /// event: send what may go now, watch the socket for what the machine waits for, and
     /// publish the counts other threads read.
-    private func handle(_ event: (inout ConnectionStateMachine) -> [ConnectionStateMachine.Action]) {
+    private func handle(_ event: (inout ConnectionStateMachine) -> ConnectionStateMachine.Actions) {
         perform(event(&machine))
         settle()
     }
@@ -115,7 +116,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         mirror.streaming.store(machine.isStreaming, ordering: .releasing)
     }
 
-    private func perform(_ actions: [ConnectionStateMachine.Action], payload: ResultStorage? = nil) {
+    private func perform(_ actions: ConnectionStateMachine.Actions, payload: ResultStorage? = nil) {
         for action in actions {
             switch action {
             case .keep(let id, let replacing):
@@ -143,13 +144,16 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
                     loop.execute { [self] in handle { $0.cancelReturned(id) } }
                 }
             case .startTimer(let timer, let delay):
-                loop.cancelTimer(timers[timer])
-                timers[timer] = loop.schedule(at: .now + delay) { [self] in
-                    timers[timer] = nil
+                // A request's timer outlives neither it nor its request (the machine stops it
+                // first): with the request gone there is nothing to time.
+                guard timer == .connect || timer.request.flatMap({ requests[$0] }) != nil else { continue }
+                loop.cancelTimer(swapTimerID(timer, nil))
+                swapTimerID(timer, loop.schedule(at: .now + delay) { [self] in
+                    swapTimerID(timer, nil)
                     handle { $0.timerFired(timer) }
-                }
+                })
             case .stopTimer(let timer):
-                loop.cancelTimer(timers.removeValue(forKey: timer))
+                loop.cancelTimer(swapTimerID(timer, nil))
             case .resumeReading:
                 readAgain = true
             case .lost(let failures):
@@ -163,12 +167,33 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
                 libpq?.finish()
                 libpq = nil
                 markBroken()
-                for timer in timers.values { loop.cancelTimer(timer) }
-                timers.removeAll()
+                cancelAllTimers()
                 guard let continuation = connectContinuation else { continue }
                 connectContinuation = nil
                 continuation.resume(throwing: error)
             }
+        }
+    }
+
+    /// Sets where the loop's id of `timer` is kept (the connect timer here, a request's timers
+    /// in its request: no `Timer` is hashed per statement); returns the id it held.
+    @discardableResult
+    private func swapTimerID(_ timer: ConnectionStateMachine.Timer, _ new: TimerHeap.ID?) -> TimerHeap.ID? {
+        guard let id = timer.request else {
+            defer { connectTimer = new }
+            return connectTimer
+        }
+        guard let request = requests[id] else { return nil }
+        defer { request.timerIDs[timer] = new }
+        return request.timerIDs[timer]
+    }
+
+    private func cancelAllTimers() {
+        loop.cancelTimer(connectTimer)
+        connectTimer = nil
+        for request in requests.values {
+            for id in request.timerIDs.all { loop.cancelTimer(id) }
+            request.timerIDs = RequestTimerIDs()
         }
     }
 
@@ -184,7 +209,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
             if case .stream(_, let state) = request.kind, !state.finished { state.end(error) }
             if answerCaller { request.finish(.failure(error)) }
         }
-        completionWaiters.removeValue(forKey: id)?.forEach { $0.resume() }
+        if !completionWaiters.isEmpty { completionWaiters.removeValue(forKey: id)?.forEach { $0.resume() } }
     }
 
     /// Names the statement an error came from: the failing step's own text in a batch.
@@ -201,8 +226,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     private func lose(_ failures: [(UInt64, PostgresError)]) {
         markBroken()
         unwatch()
-        for timer in timers.values { loop.cancelTimer(timer) }
-        timers.removeAll()
+        cancelAllTimers()
         lastUnflushed = nil
         unflushedCount = 0
         for (id, error) in failures {

@@ -68,6 +68,37 @@ struct ConnectionStateMachine {
             case .deadline(let id), .cancelRetry(let id), .cancelAnswer(let id), .cancelGrace(let id): id
             }
         }
+
+        /// Its bit in the request's `RequestTimers` (nil for `.connect`).
+        fileprivate var bit: RequestTimers? {
+            switch self {
+            case .connect: nil
+            case .deadline: .deadline
+            case .cancelRetry: .cancelRetry
+            case .cancelAnswer: .cancelAnswer
+            case .cancelGrace: .cancelGrace
+            }
+        }
+    }
+
+    /// Which of a request's timers run: kept in the request's own entry, so starting and
+    /// stopping them costs no hashing on the per-statement path.
+    fileprivate struct RequestTimers: OptionSet {
+        let rawValue: UInt8
+        static let deadline = RequestTimers(rawValue: 1)
+        static let cancelRetry = RequestTimers(rawValue: 2)
+        static let cancelAnswer = RequestTimers(rawValue: 4)
+        static let cancelGrace = RequestTimers(rawValue: 8)
+
+        /// The timers of request `id` these bits stand for, in a fixed order.
+        func timers(of id: RequestID) -> [Timer] {
+            var timers: [Timer] = []
+            if contains(.deadline) { timers.append(.deadline(id)) }
+            if contains(.cancelRetry) { timers.append(.cancelRetry(id)) }
+            if contains(.cancelAnswer) { timers.append(.cancelAnswer(id)) }
+            if contains(.cancelGrace) { timers.append(.cancelGrace(id)) }
+            return timers
+        }
     }
 
     /// What one `PQgetResult` returned, without its payload (the driver keeps that).
@@ -84,7 +115,9 @@ struct ConnectionStateMachine {
     /// How a request ended, for its caller.
     enum Outcome: Equatable {
         case success
-        case failure(PostgresError)
+        /// Boxed (`indirect`), like every error an action carries: a `PostgresError` is large,
+        /// and an action is copied several times on every statement's path.
+        indirect case failure(PostgresError)
     }
 
     /// One thing for the driver to do.
@@ -107,7 +140,7 @@ struct ConnectionStateMachine {
         case complete(RequestID, Outcome, answerCaller: Bool)
         /// Answer the caller of request `id` now; the request stays in flight and its results
         /// are drained when they come.
-        case answer(RequestID, PostgresError)
+        indirect case answer(RequestID, PostgresError)
         // Cancelling
         /// Ask the server to cancel what runs (on a helper thread); report `cancelReturned`.
         case sendCancel(RequestID)
@@ -123,7 +156,7 @@ struct ConnectionStateMachine {
         /// Connecting succeeded: the session can be used.
         case connected
         /// Connecting failed (or timed out): free the handle and fail the caller.
-        case connectFailed(PostgresError)
+        indirect case connectFailed(PostgresError)
 
         static func == (lhs: Action, rhs: Action) -> Bool {
             switch (lhs, rhs) {
@@ -194,15 +227,29 @@ struct ConnectionStateMachine {
         var stepsDone = 0
         /// NULL results since the last real one (two in a row: libpq is idle without a Sync).
         var nullsInARow = 0
-        var error: PostgresError?
+        /// Its first error. Boxed: errors are rare, and an entry that carried a whole
+        /// `PostgresError` inline was copied (value witness and all) through both queues on
+        /// every statement's path.
+        var error: PostgresError? {
+            get { boxedError?.error }
+            set { boxedError = newValue.map(ErrorBox.init) }
+        }
+        private var boxedError: ErrorBox?
         var interruption: Interruption?
         /// The caller was answered already; results are only drained.
         var answered = false
         /// The stream's reader is gone: rows are dropped.
         var abandoned = false
         var buffered = 0
+        /// Its timers that run.
+        var timers = RequestTimers()
 
         init(_ info: RequestInfo) { self.info = info }
+    }
+
+    private final class ErrorBox {
+        let error: PostgresError
+        init(_ error: PostgresError) { self.error = error }
     }
 
     private struct CancelInFlight: Equatable {
@@ -224,8 +271,7 @@ struct ConnectionStateMachine {
     private var readingPaused = false
     private var writePending = false
     private var connectTarget = ""
-    /// Timers running now (tests check that none is left behind).
-    private(set) var activeTimers: Set<Timer> = []
+    private var connectTimerRuns = false
     let timings: CancelTimings
 
     init(timings: CancelTimings = CancelTimings()) {
@@ -246,6 +292,12 @@ struct ConnectionStateMachine {
     var head: RequestID? { inflight.isEmpty ? nil : inflight[0].info.id }
     /// The last request sent or queued (waiting for it waits for all before it).
     var lastPending: RequestID? { (waiting.last ?? inflight.last)?.info.id }
+    /// Timers running now (tests check that none is left behind).
+    var activeTimers: Set<Timer> {
+        var timers: Set<Timer> = connectTimerRuns ? [.connect] : []
+        for entry in inflight + waiting { timers.formUnion(entry.timers.timers(of: entry.info.id)) }
+        return timers
+    }
 
     /// Whether request `id` is sent or queued and not complete.
     func isPending(_ id: RequestID) -> Bool {
@@ -264,7 +316,7 @@ struct ConnectionStateMachine {
     // MARK: Connecting
 
     /// Connecting to `target` (for messages) began; it must succeed within `timeout`.
-    mutating func startConnecting(timeout: Duration, target: String) -> [Action] {
+    mutating func startConnecting(timeout: Duration, target: String) -> Actions {
         guard phase == .notConnected else { return [] }
         phase = .connecting(Interest(read: false, write: true))
         connectTarget = target
@@ -272,7 +324,7 @@ struct ConnectionStateMachine {
     }
 
     /// One `PQconnectPoll` step (or `nil`: libpq could not even start).
-    mutating func connectPolled(_ poll: ConnectPoll?, failure: @autoclosure () -> PostgresError) -> [Action] {
+    mutating func connectPolled(_ poll: ConnectPoll?, failure: @autoclosure () -> PostgresError) -> Actions {
         guard case .connecting = phase else { return [] }
         switch poll {
         case .reading?:
@@ -285,32 +337,43 @@ struct ConnectionStateMachine {
             return []
         case .failed?, nil:
             phase = .broken
-            return [stop(.connect), .connectFailed(failure())].compactMap { $0 }
+            var actions: Actions = []
+            actions.append(stop(.connect))
+            actions.append(.connectFailed(failure()))
+            return actions
         }
     }
 
     /// The session is set up (non-blocking, notice receiver); `canCancel`: libpq gave a
     /// cancel object.
-    mutating func connected(canCancel: Bool) -> [Action] {
+    mutating func connected(canCancel: Bool) -> Actions {
         if case .connecting = phase {} else if phase != .notConnected { return [] }
         phase = .ready
         self.canCancel = canCancel
-        return [stop(.connect), .connected].compactMap { $0 }
+        var actions: Actions = []
+        actions.append(stop(.connect))
+        actions.append(.connected)
+        return actions
     }
 
     // MARK: Requests
 
     /// A caller submitted a request. It is sent by `nextSend` as soon as the mode and any
     /// cancel in flight allow.
-    mutating func submit(_ info: RequestInfo) -> [Action] {
+    mutating func submit(_ info: RequestInfo) -> Actions {
         guard phase == .ready || phase == .offloaded else {
             var error = Self.closedError(closed: phase == .closed)
             error.lostConnectionOutcome = .safe
             return [.complete(info.id, .failure(error), answerCaller: true)]
         }
-        waiting.append(Entry(info))
-        if let deadline = info.deadline { return [start(.deadline(info.id), deadline)] }
-        return []
+        var entry = Entry(info)
+        guard let deadline = info.deadline else {
+            waiting.append(entry)
+            return []
+        }
+        entry.timers.insert(.deadline)
+        waiting.append(entry)
+        return [.startTimer(.deadline(info.id), deadline)]
     }
 
     /// The next request to send, marked as sent; nil when none may go now. A pipelined request
@@ -337,14 +400,14 @@ struct ConnectionStateMachine {
 
     /// libpq could not queue request `id` (or leave or enter pipeline mode for it): nothing
     /// of it reached the server, and the connection is given up.
-    mutating func sendFailed(_ id: RequestID, reason: String) -> [Action] {
+    mutating func sendFailed(_ id: RequestID, reason: String) -> Actions {
         if let index = inflight.firstIndex(where: { $0.info.id == id }) { inflight[index].undelivered = true }
         return connectionLost(reason: reason)
     }
 
     /// A flush ended; `undelivered`: the request whose Sync was last in the buffer, when the
     /// flush failed right away (the server cannot have committed it).
-    mutating func flushed(_ outcome: FlushOutcome, undelivered: RequestID? = nil, reason: @autoclosure () -> String) -> [Action] {
+    mutating func flushed(_ outcome: FlushOutcome, undelivered: RequestID? = nil, reason: @autoclosure () -> String) -> Actions {
         switch outcome {
         case .done:
             writePending = false
@@ -370,9 +433,9 @@ struct ConnectionStateMachine {
 
     /// libpq returned `event` for the request at the head of the line.
     ///
-    /// The head entry is changed in place (`inflight[0]`): an `Entry` is large (it can hold a
-    /// `PostgresError`), and copying it out and back for every result cost measurable time.
-    mutating func received(_ event: ResultEvent) -> [Action] {
+    /// The head entry is changed in place (`inflight[0]`), not copied out and back for every
+    /// result: this runs several times per statement.
+    mutating func received(_ event: ResultEvent) -> Actions {
         guard phase == .ready, !inflight.isEmpty else { return event == .endOfStep || event == .sync ? [] : [.discard] }
         let id = inflight[0].info.id
         let action: Action?
@@ -443,10 +506,10 @@ struct ConnectionStateMachine {
     }
 
     /// The head request is done.
-    private mutating func complete() -> [Action] {
+    private mutating func complete() -> Actions {
         let entry = inflight.removeFirst()
         let id = entry.info.id
-        var actions = stopTimers(of: id)
+        var actions = stopTimers(of: entry)
         var outcome = Outcome.success
         if var error = entry.error {
             if error.kind == .queryCanceled, case .deadline(let limit) = entry.interruption {
@@ -471,7 +534,7 @@ struct ConnectionStateMachine {
     // MARK: Streams
 
     /// The stream of request `id` now holds `buffered` rows (its reader took one).
-    mutating func streamBuffer(_ id: RequestID, holds buffered: Int) -> [Action] {
+    mutating func streamBuffer(_ id: RequestID, holds buffered: Int) -> Actions {
         guard let index = inflight.firstIndex(where: { $0.info.id == id }) else { return [] }
         inflight[index].buffered = buffered
         guard readingPaused, buffered < Self.streamBufferLimit / 2 else { return [] }
@@ -481,11 +544,11 @@ struct ConnectionStateMachine {
 
     /// The reader of stream `id` is gone: its rows are dropped, the query cancelled, and its
     /// results drained.
-    mutating func abandonStream(_ id: RequestID) -> [Action] {
+    mutating func abandonStream(_ id: RequestID) -> Actions {
         guard let index = inflight.firstIndex(where: { $0.info.id == id }), !inflight[index].abandoned else { return [] }
         inflight[index].abandoned = true
         inflight[index].buffered = 0
-        var actions: [Action] = [.dropRows(id)]
+        var actions: Actions = [.dropRows(id)]
         if readingPaused {
             readingPaused = false
             actions.append(.resumeReading)
@@ -504,18 +567,17 @@ struct ConnectionStateMachine {
     /// statements in flight too: a cancel could hit one of them, so none is sent; the caller
     /// is answered now and the statement's results are drained when they come. Either way, if
     /// the server does not answer within `grace`, the connection is given up.
-    mutating func interrupt(_ id: RequestID, _ reason: Interruption) -> [Action] {
+    mutating func interrupt(_ id: RequestID, _ reason: Interruption) -> Actions {
         if let index = waiting.firstIndex(where: { $0.info.id == id }) {
-            waiting.remove(at: index)
-            var actions = stopTimers(of: id)
+            var actions = stopTimers(of: waiting.remove(at: index))
             actions.append(.complete(id, .failure(Self.interruptionError(reason, sent: false)), answerCaller: true))
             return actions
         }
         guard let index = inflight.firstIndex(where: { $0.info.id == id }),
               inflight[index].interruption == nil, !inflight[index].answered else { return [] }
         inflight[index].interruption = reason
-        var actions: [Action] = []
-        if let stopped = stop(.deadline(id)) { actions.append(stopped) }
+        var actions: Actions = []
+        actions.append(stop(.deadline(id)))
         if inflight[index].info.mode == .stream, !inflight[index].abandoned {
             // The reader gets an error and reads no further; the socket is read again even if
             // the buffer had paused it: the server can only answer the cancel once the rows it
@@ -542,7 +604,7 @@ struct ConnectionStateMachine {
     }
 
     /// A cancel call for request `id` returned.
-    mutating func cancelReturned(_ id: RequestID) -> [Action] {
+    mutating func cancelReturned(_ id: RequestID) -> Actions {
         guard var cancel, cancel.request == id else { return [] }
         if cancel.requestDone || !inflight.contains(where: { $0.info.id == id }) {
             self.cancel = nil
@@ -554,8 +616,8 @@ struct ConnectionStateMachine {
     }
 
     /// A timer the machine started has fired.
-    mutating func timerFired(_ timer: Timer) -> [Action] {
-        guard activeTimers.remove(timer) != nil else { return [] }
+    mutating func timerFired(_ timer: Timer) -> Actions {
+        guard clear(timer) else { return [] }
         switch timer {
         case .connect:
             guard case .connecting = phase else { return [] }
@@ -585,7 +647,7 @@ struct ConnectionStateMachine {
             cancel.callReturned = false
             cancel.retryBudget -= timings.retry
             self.cancel = cancel
-            var actions: [Action] = [.sendCancel(id)]
+            var actions: Actions = [.sendCancel(id)]
             if cancel.retryBudget > .zero { actions.append(start(.cancelRetry(id), timings.retry)) }
             return actions
         }
@@ -604,7 +666,7 @@ struct ConnectionStateMachine {
     }
 
     /// The helper thread gave the connection back; `bad`: libpq says it is lost.
-    mutating func endOffload(bad: Bool, reason: @autoclosure () -> String) -> [Action] {
+    mutating func endOffload(bad: Bool, reason: @autoclosure () -> String) -> Actions {
         guard phase == .offloaded else { return [] }
         phase = .ready
         return bad ? connectionLost(reason: reason()) : []
@@ -613,11 +675,14 @@ struct ConnectionStateMachine {
     // MARK: Losing and closing
 
     /// The connection is gone: every request fails, each told whether it may have been applied.
-    mutating func connectionLost(reason: String) -> [Action] {
+    mutating func connectionLost(reason: String) -> Actions {
         guard phase != .broken, phase != .closed else { return [] }
         if case .connecting = phase {
             phase = .broken
-            return [stop(.connect), .connectFailed(PostgresError(kind: .connectionFailure, message: reason))].compactMap { $0 }
+            var actions: Actions = []
+            actions.append(stop(.connect))
+            actions.append(.connectFailed(PostgresError(kind: .connectionFailure, message: reason)))
+            return actions
         }
         phase = .broken
         var failures: [(RequestID, PostgresError)] = []
@@ -651,12 +716,12 @@ struct ConnectionStateMachine {
         cancel = nil
         readingPaused = false
         writePending = false
-        activeTimers.removeAll()
+        connectTimerRuns = false
         return [.lost(failures)]
     }
 
     /// Closes the connection for good; what is pending fails.
-    mutating func close() -> [Action] {
+    mutating func close() -> Actions {
         let actions = connectionLost(reason: "the connection was closed")
         phase = .closed
         return actions
@@ -665,16 +730,46 @@ struct ConnectionStateMachine {
     // MARK: Helpers
 
     private mutating func start(_ timer: Timer, _ after: Duration) -> Action {
-        activeTimers.insert(timer)
+        mark(timer, running: true)
         return .startTimer(timer, after)
     }
 
     private mutating func stop(_ timer: Timer) -> Action? {
-        activeTimers.remove(timer) == nil ? nil : .stopTimer(timer)
+        clear(timer) ? .stopTimer(timer) : nil
     }
 
-    private mutating func stopTimers(of id: RequestID) -> [Action] {
-        [Timer.deadline(id), .cancelRetry(id), .cancelAnswer(id), .cancelGrace(id)].compactMap { stop($0) }
+    /// Marks `timer` stopped; returns whether it ran.
+    private mutating func clear(_ timer: Timer) -> Bool {
+        mark(timer, running: false)
+    }
+
+    /// Records whether `timer` runs; returns whether it ran before. A request's timers live in
+    /// its entry (a timer of a request no longer pending does not run).
+    @discardableResult
+    private mutating func mark(_ timer: Timer, running: Bool) -> Bool {
+        guard let bit = timer.bit, let id = timer.request else {
+            defer { connectTimerRuns = running }
+            return connectTimerRuns
+        }
+        if let index = inflight.firstIndex(where: { $0.info.id == id }) {
+            return running ? !inflight[index].timers.insert(bit).inserted : inflight[index].timers.remove(bit) != nil
+        }
+        if let index = waiting.firstIndex(where: { $0.info.id == id }) {
+            return running ? !waiting[index].timers.insert(bit).inserted : waiting[index].timers.remove(bit) != nil
+        }
+        return false
+    }
+
+    /// Stops the timers of a request leaving the machine.
+    private func stopTimers(of entry: Entry) -> Actions {
+        // Bit by bit rather than through `timers(of:)`: this runs for every statement.
+        var actions: Actions = []
+        let id = entry.info.id
+        if entry.timers.contains(.deadline) { actions.append(.stopTimer(.deadline(id))) }
+        if entry.timers.contains(.cancelRetry) { actions.append(.stopTimer(.cancelRetry(id))) }
+        if entry.timers.contains(.cancelAnswer) { actions.append(.stopTimer(.cancelAnswer(id))) }
+        if entry.timers.contains(.cancelGrace) { actions.append(.stopTimer(.cancelGrace(id))) }
+        return actions
     }
 
     static let copyMisuse = PostgresError(kind: .misuse, message: "COPY cannot run through query() or stream(); use copyIn or copyOut. The COPY was aborted")

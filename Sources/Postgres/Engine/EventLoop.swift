@@ -256,17 +256,34 @@ final class EventLoopGroup: Sendable {
 }
 
 /// Deadlines of one loop: a binary heap, with cancelled entries dropped when they surface.
+///
+/// Actions live in slots reused through a free list; an id is its slot and the slot's
+/// generation, so a stale id (its timer fired or was cancelled, the slot reused) matches
+/// nothing. Inserting and cancelling hash nothing: every statement with a deadline does both.
 struct TimerHeap {
     typealias ID = UInt64
 
+    private struct Slot {
+        var generation: UInt32 = 0
+        var action: (() -> Void)?
+    }
+
     private var heap: [(deadline: ContinuousClock.Instant, id: ID)] = []
-    private var actions: [ID: () -> Void] = [:]
-    private var nextID: ID = 1
+    private var slots: [Slot] = []
+    private var free: [Int] = []
+    private var live = 0
 
     mutating func insert(_ deadline: ContinuousClock.Instant, _ action: @escaping () -> Void) -> ID {
-        let id = nextID
-        nextID += 1
-        actions[id] = action
+        let slot: Int
+        if let reused = free.popLast() {
+            slot = reused
+        } else {
+            slot = slots.count
+            slots.append(Slot())
+        }
+        slots[slot].action = action
+        live += 1
+        let id = ID(slots[slot].generation) << 32 | ID(slot)
         heap.append((deadline, id))
         var child = heap.count - 1
         while child > 0 {
@@ -279,33 +296,51 @@ struct TimerHeap {
     }
 
     mutating func cancel(_ id: ID) {
-        actions[id] = nil
+        _ = take(id)
         // Keep the heap from growing with dead entries when timers are mostly cancelled.
-        if heap.count > 64 && heap.count > actions.count * 4 { rebuild() }
+        if heap.count > 64 && heap.count > live * 4 { rebuild() }
+    }
+
+    /// The action of timer `id`, its slot freed; nil when it fired or was cancelled already.
+    private mutating func take(_ id: ID) -> (() -> Void)? {
+        let slot = Int(id & 0xFFFF_FFFF)
+        guard slot < slots.count, slots[slot].generation == UInt32(id >> 32), let action = slots[slot].action else { return nil }
+        slots[slot].action = nil
+        slots[slot].generation &+= 1
+        free.append(slot)
+        live -= 1
+        return action
+    }
+
+    /// Entries the heap holds, cancelled ones not yet dropped included (for tests).
+    var storedEntries: Int { heap.count }
+
+    private func isLive(_ id: ID) -> Bool {
+        let slot = Int(id & 0xFFFF_FFFF)
+        return slot < slots.count && slots[slot].generation == UInt32(id >> 32) && slots[slot].action != nil
     }
 
     private mutating func rebuild() {
-        let live = heap.filter { actions[$0.id] != nil }.sorted { $0.deadline < $1.deadline }
-        heap = live
+        heap = heap.filter { isLive($0.id) }.sorted { $0.deadline < $1.deadline }
     }
 
     /// The action of the earliest timer due by `now`, removed; nil when none is due.
     mutating func popExpired(_ now: ContinuousClock.Instant) -> (() -> Void)? {
         while let first = heap.first {
-            if actions[first.id] == nil {
+            if !isLive(first.id) {
                 removeFirst()
                 continue
             }
             guard first.deadline <= now else { return nil }
             removeFirst()
-            return actions.removeValue(forKey: first.id)
+            return take(first.id)
         }
         return nil
     }
 
     /// Milliseconds until the next live timer (rounded up), or -1 when there is none.
     mutating func millisecondsUntilNext(from now: ContinuousClock.Instant) -> Int32 {
-        while let first = heap.first, actions[first.id] == nil { removeFirst() }
+        while let first = heap.first, !isLive(first.id) { removeFirst() }
         guard let first = heap.first else { return -1 }
         let remaining = now.duration(to: first.deadline)
         guard remaining > .zero else { return 0 }

@@ -50,6 +50,8 @@ final class Request {
     var info: ConnectionStateMachine.RequestInfo
     var continuation: CheckedContinuation<[ResultStorage], any Error>?
     var results: [ResultStorage] = []
+    /// The loop's ids of its timers that run.
+    var timerIDs = RequestTimerIDs()
     /// The caller was answered (once is all).
     private var answered = false
 
@@ -74,8 +76,17 @@ final class Request {
     }
 
     static func isCommitText(_ text: String) -> Bool {
-        let word = text.drop(while: { $0 == " " || $0 == "\n" }).prefix(6).uppercased()
-        return word.hasPrefix("COMMIT") || word.hasPrefix("END")
+        // Byte by byte, ASCII case folded: this runs for every request, and uppercasing a
+        // prefix allocated a string each time.
+        let start = text.utf8.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") }
+        return startsWithKeyword(start, "COMMIT") || startsWithKeyword(start, "END")
+    }
+
+    private static func startsWithKeyword(_ bytes: Substring.UTF8View, _ keyword: StaticString) -> Bool {
+        var iterator = bytes.makeIterator()
+        return keyword.withUTF8Buffer { expected in
+            expected.allSatisfy { letter in iterator.next().map { $0 & 0xDF == letter } ?? false }
+        }
     }
 
     /// The text of the statement step `index` runs, if it runs one.
@@ -91,6 +102,35 @@ final class Request {
         self.continuation = nil
         continuation.resume(with: outcome)
     }
+}
+
+/// The loop's ids of one request's running timers, one slot per kind of
+/// `ConnectionStateMachine.Timer`.
+struct RequestTimerIDs {
+    private var deadline, cancelRetry, cancelAnswer, cancelGrace: TimerHeap.ID?
+
+    subscript(timer: ConnectionStateMachine.Timer) -> TimerHeap.ID? {
+        get {
+            switch timer {
+            case .connect: nil
+            case .deadline: deadline
+            case .cancelRetry: cancelRetry
+            case .cancelAnswer: cancelAnswer
+            case .cancelGrace: cancelGrace
+            }
+        }
+        set {
+            switch timer {
+            case .connect: break
+            case .deadline: deadline = newValue
+            case .cancelRetry: cancelRetry = newValue
+            case .cancelAnswer: cancelAnswer = newValue
+            case .cancelGrace: cancelGrace = newValue
+            }
+        }
+    }
+
+    var all: [TimerHeap.ID] { [deadline, cancelRetry, cancelAnswer, cancelGrace].compactMap { $0 } }
 }
 
 /// Rows of a streamed query waiting for their reader, and the reader waiting for rows.

@@ -95,7 +95,7 @@ struct ConnectionMachineHarness {
         apply(machine.streamBuffer(id, holds: rows))
     }
 
-    mutating func apply(_ actions: [Machine.Action]) {
+    mutating func apply(_ actions: Machine.Actions) {
         for action in actions { perform(action) }
     }
 

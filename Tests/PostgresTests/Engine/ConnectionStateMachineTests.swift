@@ -332,4 +332,22 @@ import Testing
         #expect(error.message.contains("connect timeout") && error.message.contains("host h port 1"))
         #expect(m.connected(canCancel: true).isEmpty, "a late success after the timeout is ignored")
     }
+
+    // MARK: The cost of an action
+
+    /// Every statement's actions are built, copied and read several times on the I/O thread.
+    /// An error inline made each of them the size of a `PostgresError` (and its copies went
+    /// through value witnesses): errors are boxed, so an action stays a few words (the largest
+    /// case is a timer with its delay).
+    @Test func anActionStaysSmall() {
+        #expect(MemoryLayout<Machine.Action>.size <= 40, "Action is \(MemoryLayout<Machine.Action>.size) bytes")
+        #expect(MemoryLayout<Machine.Outcome>.size <= 8)
+        var actions = Machine.Actions()
+        actions.append(.keep(1, replacing: false))
+        actions.append(.complete(1, .success, answerCaller: true))
+        #expect(actions == [.keep(1, replacing: false), .complete(1, .success, answerCaller: true)])
+        actions.append(.discard)
+        #expect(actions.count == 3 && actions[2] == .discard && actions.last == .discard)
+        #expect(actions + [.resumeReading] == [.keep(1, replacing: false), .complete(1, .success, answerCaller: true), .discard, .resumeReading])
+    }
 }
