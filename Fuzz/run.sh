@@ -12,15 +12,20 @@ targets=(FuzzDateTime FuzzNumeric FuzzArray FuzzScalars FuzzRangeComposite FuzzS
 log=.build/fuzz-build.log
 mkdir -p .build
 build() { ../scripts/progress.sh "building the fuzz targets (address sanitizer)" "$log" swift build -Xswiftc -sanitize=fuzzer,address; }
-# Pins made before the main package gained a dependency leave its new modules unresolved
-# ("no such module"): resolve again once.
-if ! build && grep -q "no such module" "$log"; then
-    rm -f Package.resolved
-fi
+# Built once more when the first build fails, after forgetting what may be stale:
+# - pins made before the main package gained a dependency leave its new modules unresolved
+#   ("no such module"): resolve again;
+# - a cached build plan can miss a source file added to or renamed in the main package (a path
+#   dependency; seen with SwiftPM 6.3: "cannot find type ... in scope", "missing inputs"): plan
+#   again. Compiled objects are kept.
 if ! build; then
-    grep -E "error:" "$log" | head -20 >&2
-    echo "fuzz: the fuzz targets did not build (full log: Fuzz/$log)" >&2
-    exit 1
+    if grep -q "no such module" "$log"; then rm -f Package.resolved; fi
+    rm -f .build/debug.yaml .build/build.db .build/*/debug/description.json
+    if ! build; then
+        grep -E "error:" "$log" | head -20 >&2
+        echo "fuzz: the fuzz targets did not build (full log: Fuzz/$log)" >&2
+        exit 1
+    fi
 fi
 failed=0
 for target in "${targets[@]}"; do
