@@ -581,11 +581,20 @@ private struct RolledBack: Error {}
     }
 
     /// `pg_dump` of the database restored into a new cluster: a cursor from before the dump
-    /// continues with exactly the changes written after the restore.
+    /// continues with exactly the changes written after the restore. The dump holds an event
+    /// of each kind, so the restore (psql, stopping at the first error) runs every CHECK
+    /// function of events with the empty search_path pg_dump sets.
     @Test func aCursorSurvivesDumpAndRestore() async throws {
         let fixture = try await StoreFixture.make()
         let (alice, child) = try await fixture.family(zone: "UTC")
         let old = try await fixture.log(child, alice, .diaper(.wet), at("2026-11-20 08:00", "UTC"))
+        // One row for each CHECK function: the restore evaluates them all with an empty search_path.
+        _ = try await fixture.log(child, alice, .note(category: "health"), at("2026-11-20 08:05"), notes: "a note")
+        _ = try await fixture.log(child, alice, .feeding(.breast(startedSide: .left, bothSides: true)), at("2026-11-20 08:10"), end: at("2026-11-20 08:30"))
+        _ = try await fixture.log(child, alice, .sleep, at("2026-11-20 09:00"), end: at("2026-11-20 10:00"))
+        _ = try await fixture.log(child, alice, .feeding(.bottle(amountMl: nil, preparedMl: 150, remainingMl: 20,
+                                                                   feedingStartedAt: at("2026-11-20 11:05").utc, refrigerated: true)),
+                                  at("2026-11-20 11:00"), end: at("2026-11-20 11:30"))
         var replica = SyncReplica()
         try await replica.catchUp(fixture.store, alice.id)
 
