@@ -24,11 +24,11 @@ struct WritePathPoint: Codable, Sendable {
 
 extension Runner {
     /// The write path at each schema that changed it, in one run: 0019 (the schema the
-    /// write-path issue measured), 0023 (trimmed, without the spec's `idx_events_updated`),
-    /// 0024 (that index back: its cost is the step from 0023), and the newest migration.
+    /// write-path issue measured), 0024 (trimmed, with the spec's four indexes), 0028 (the
+    /// last before the CHECKs were made cheap to prepare) and the newest migration.
     mutating func writePath(cluster: EmbeddedPostgres) async throws {
         let newest = try MigrationFile.load(from: repository.appendingPathComponent("Migrations")).map(\.version).max() ?? 0
-        for version in [19, 23, 24, newest].filter({ $0 <= newest }).reduce(into: [Int](), { if !$0.contains($1) { $0.append($1) } }) {
+        for version in [19, 24, 28, newest].filter({ $0 <= newest }).reduce(into: [Int](), { if !$0.contains($1) { $0.append($1) } }) {
             log("write path at migration \(version)")
             writePathPoints.append(try await writePathPoint(cluster: cluster, version: version))
         }
@@ -148,17 +148,18 @@ extension Runner {
             "",
             "Server time of one insert = pgbench's latency (`-M prepared`, one client, each insert its own transaction)",
             "minus that of `SELECT 1`, medians of three interleaved runs. `bare_events` has the same columns and a",
-            "primary key only: the floor. 19 is the schema the write-path work started from; 23 trimmed it (and had",
-            "dropped the spec's `idx_events_updated`); 24 restores that index, so its cost is the step from 23 to 24;",
-            "25 adds three CHECKs (start from 1900, text lengths).",
+            "primary key only: the floor. 19 is the schema the write-path work started from; 24 is the trimmed",
+            "write path with the spec's four indexes; 28 the last schema before 29, which states the same CHECKs",
+            "so that PostgreSQL prepares them cheaply (it prepares a table's CHECKs for every statement). Goals:",
+            "issue 32's, for the schema with every rule.",
             "",
             "| | " + points.map { "Migration \($0.version)" }.joined(separator: " | ") + " | Goal | Met (\(after.version)) |",
             "| --- | " + points.map { _ in "---" }.joined(separator: " | ") + " | --- | --- |",
-            row("Insert, server time", { micros($0.insertMicros) }, goal: "≤ 2× the bare table",
-                met: "\(after.insertMicros <= 2 * after.bareMicros ? "yes" : "**no**") (\(String(format: "%.1f", after.insertMicros / max(after.bareMicros, 1)))×)"),
+            row("Insert, server time", { micros($0.insertMicros) }, goal: "≤ 3× the bare table",
+                met: "\(after.insertMicros <= 3 * after.bareMicros ? "yes" : "**no**") (\(String(format: "%.1f", after.insertMicros / max(after.bareMicros, 1)))×)"),
             row("Bare table insert, server time", { micros($0.bareMicros) }, goal: "the floor", met: "–"),
             row("First insert of a new session (execution)", { micros($0.firstInsertMicros) }, goal: "report", met: "–"),
-            row("Binary COPY, every rule on", { "\(Int($0.copyPerSecond)) events/s" }, goal: "≥ 100k events/s", met: after.copyPerSecond >= 100_000 ? "yes" : "**no**"),
+            row("Binary COPY, every rule on", { "\(Int($0.copyPerSecond)) events/s" }, goal: "≥ 60k events/s", met: after.copyPerSecond >= 60_000 ? "yes" : "**no**"),
             row("Updates of `notes` that were HOT", { "\(Int($0.hotShare * 100)) %" }, goal: "an update touches no index whose columns did not change",
                 met: after.hotShare >= 0.9 ? "yes" : "**no**"),
             "",
