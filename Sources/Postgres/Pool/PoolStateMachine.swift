@@ -279,22 +279,18 @@ struct PoolStateMachine<Connection: PooledConnection, Instant: InstantProtocol> 
         return returned(connection, condition: ok ? .clean : .broken, now: now, closeReason: .resetFailed)
     }
 
-    /// A health check for waiter `id` ended.
+    /// A health check for waiter `id` ended. A connection that passed goes to the first
+    /// waiter, whoever that is now, as an opened one does: not necessarily to `id`. An earlier
+    /// waiter whose own check failed meanwhile has nothing assigned and comes first.
     mutating func healthChecked(_ connection: Connection, ok: Bool, waiter id: WaiterID, now: Instant) -> [Action] {
         guard lent.removeValue(forKey: ObjectIdentifier(connection)) != nil else { return [] }
-        let index = waiters.firstIndex { $0.id == id }
+        if let index = waiters.firstIndex(where: { $0.id == id }) { waiters[index].checking = false }
         // A connection that broke since its check answered is as good as one that failed it.
         guard ok, !closed, !connection.isBroken else {
-            if let index { waiters[index].checking = false }
             return returned(connection, condition: .broken, now: now, closeReason: .failedHealthCheck)
         }
-        guard let index else {
-            // The waiter gave up meanwhile: the checked connection is ready for the next one.
-            return returned(connection, condition: .clean, now: now)
-        }
-        let waiter = waiters.remove(at: index)
-        lendTo(waiter, connection)
-        return [.lend(waiter.id, connection)]
+        // Checked just now: idle since now, so nobody checks it again before lending it.
+        return returned(connection, condition: .clean, now: now)
     }
 
     /// Opens connections up to the minimum (at start, and after one was closed).

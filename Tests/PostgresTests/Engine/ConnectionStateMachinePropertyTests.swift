@@ -14,7 +14,7 @@ import Testing
 ///   when nothing is pending.
 @Suite struct ConnectionStateMachinePropertyTests {
     @Test func everyCallerIsAnsweredOnceAndNoTimerIsLeftBehind() async {
-        await propertyCheck(count: 400, input: Gen.int(in: 0...9_999).array(of: 10...300)) { script in
+        await propertyCheck(count: propertyRuns(400), input: Gen.int(in: 0...9_999).array(of: 10...300)) { script in
             var simulation = Simulation(script: script)
             simulation.run()
         }

@@ -137,6 +137,28 @@ import Testing
         #expect(h.connection(of: b)?.isBroken == false)
     }
 
+    /// Found by the property test in a load run: two stale idle connections, each checked for
+    /// a waiter. The earlier waiter's check fails, the later one's passes. The connection that
+    /// passed goes to the earlier waiter (first come, first served), and the later one waits
+    /// for the replacement. (It went to the later one: the earlier waited, overtaken.)
+    @Test func aConnectionThatPassedItsCheckServesTheFirstWaiterNotTheOneItWasCheckedFor() {
+        var h = PoolMachineHarness(.init(maximumConnections: 2, healthCheckAfterIdle: .seconds(30)))
+        let a = h.acquire(), b = h.acquire()
+        h.finishOpening()
+        h.finishOpening()
+        h.release(a)
+        h.release(b)
+        h.advance(by: .seconds(31))
+        let c = h.acquire(), d = h.acquire()
+        #expect(h.checks.map(\.1) == [c, d])
+        h.finishCheck(ok: false) // c's
+        h.finishCheck(ok: true) // d's
+        #expect(h.connection(of: c) != nil, "the earlier waiter gets the connection that passed")
+        #expect(h.connection(of: d) == nil && h.openings.count == 1)
+        h.finishOpening()
+        #expect(h.connection(of: d) != nil && h.answers.values.allSatisfy { $0.count == 1 })
+    }
+
     @Test func aBrokenIdleConnectionIsDroppedNotLent() {
         var h = PoolMachineHarness(.init(maximumConnections: 2))
         let a = h.acquire()
