@@ -80,6 +80,8 @@ struct Runner {
     var growthPoints: [GrowthPoint] = []
     /// The write-path group (WritePath.swift): before and after.
     var writePathPoints: [WritePathPoint] = []
+    /// What each group of rules costs at the newest schema (WritePath.swift).
+    var writePathAblations: [WritePathAblation] = []
     /// The scale-out group (ScaleOut.swift).
     var scaleOutResult: ScaleOutResult?
     /// The HTTP group (HTTP.swift).

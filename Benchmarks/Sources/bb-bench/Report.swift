@@ -56,11 +56,12 @@ extension Runner {
         struct Raw: Encodable {
             var machine: String; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
             var concurrency: [LoadResult]; var pinned: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]; var writePath: [WritePathPoint]
+            var writePathAblations: [WritePathAblation]
             var scaleOut: ScaleOutResult?; var http: HTTPResult?; var mix: [MixResult]
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, pinned: pinnedLoads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, scaleOut: scaleOutResult, http: httpResult, mix: mixResults)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, totalSeconds: total, results: results, notes: notes, concurrency: loads, pinned: pinnedLoads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, writePathAblations: writePathAblations, scaleOut: scaleOutResult, http: httpResult, mix: mixResults)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     /// The Citus section as the last `make citus-bench` wrote it (between its markers): a full
