@@ -6,6 +6,8 @@ import Postgres
 extension Runner {
     /// Writes BENCHMARKS.md (repository root) and Benchmarks/results/latest.json.
     func writeReport(cluster: EmbeddedPostgres, clients: Clients, total: Double) async throws {
+        // Read before this run's figures replace it (issue 32's goal 6 compares against it).
+        let previous = PreviousRun.load(from: repository.appendingPathComponent("Benchmarks/results/latest.json"))
         let serverVersion = try await clients.ours.fetchValue(String.self, "SHOW server_version") ?? "?"
         let swift = try? await ChildProcess.spawn(["/usr/bin/env", "swift", "--version"]).result()
         let cpu = ((try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? "").split(separator: "\n")
@@ -43,6 +45,7 @@ extension Runner {
         lines += writePathSection()
         lines += scaleOutSection()
         lines += httpSection()
+        lines += previousRunSection(previous)
         lines += keptCitusSection()
         lines += ["", "## Notes", ""] + notes.map { "- \($0)" }
         lines += [

@@ -1,0 +1,96 @@
+import Foundation
+
+/// What the previous run left in `Benchmarks/results/latest.json`: the groups issue 32's goal 6
+/// says must not get worse (round trips, decoding, HTTP, scale-out).
+struct PreviousRun: Decodable {
+    var machine: String?
+    var results: [CaseResult]?
+    var http: HTTPResult?
+    var scaleOut: ScaleOutResult?
+
+    /// The run before this one, read before this run's report replaces it; nil when there is none.
+    static func load(from file: URL) -> PreviousRun? {
+        guard let data = try? Data(contentsOf: file) else { return nil }
+        return try? JSONDecoder().decode(PreviousRun.self, from: data)
+    }
+}
+
+/// One figure of both runs: `higherIsBetter` says which way is worse.
+private struct Compared {
+    var name: String
+    var before: Double
+    var now: Double
+    var higherIsBetter: Bool
+
+    /// How much worse now is than before (1.2 = 20% worse; below 1 = better).
+    var worsening: Double { higherIsBetter ? before / max(now, 1e-12) : now / max(before, 1e-12) }
+}
+
+extension Runner {
+    /// Issue 32's goal 6: no figure of the round-trip, decode, HTTP or scale-out groups worse
+    /// than in the previous run. Round trips and decoding are compared as ratios to C libpq in
+    /// the same run, which takes out most of a machine's difference between runs; HTTP and
+    /// scale-out figures are compared as they are. A figure counts as worse beyond 10%, the
+    /// spread of two runs of the same code here.
+    func previousRunSection(_ previous: PreviousRun?) -> [String] {
+        guard let previous else { return [] }
+        var compared: [Compared] = []
+        func overC(_ result: CaseResult) -> Double? {
+            guard let mine = result.ours.median, let theirs = result.c?.median, theirs > 0 else { return nil }
+            return mine / theirs
+        }
+        for result in results where result.name.hasPrefix("Round trips") || result.name.hasPrefix("Decoding") {
+            guard let old = previous.results?.first(where: { $0.name == result.name }), let before = overC(old), let now = overC(result) else { continue }
+            compared.append(Compared(name: "\(result.name) (ours / C)", before: before, now: now, higherIsBetter: false))
+        }
+        if let http = httpResult, let old = previous.http {
+            for load in http.loads {
+                guard let was = old.loads.first(where: { $0.route == load.route && $0.connections == load.connections }) else { continue }
+                compared.append(Compared(name: "HTTP \(load.route), \(load.connections) connections (requests/s)", before: was.requestsPerSecond, now: load.requestsPerSecond, higherIsBetter: true))
+            }
+            compared.append(Compared(name: "HTTP writes acknowledged per second", before: old.writesPerSecond, now: http.writesPerSecond, higherIsBetter: true))
+        }
+        if let scale = scaleOutResult, let old = previous.scaleOut {
+            let figures: [(String, KeyPath<ScaleOutResult, Measurement>)] = [
+                ("Scale-out: dashboard on the primary (p50)", \.dashboardPrimary), ("Scale-out: dashboard on the replica (p50)", \.dashboardReplica),
+                ("Scale-out: round trip direct (p50)", \.roundTripDirect), ("Scale-out: round trip through PgBouncer (p50)", \.roundTripPgBouncer),
+                ("Scale-out: store call direct (p50)", \.storeDirect), ("Scale-out: store call through PgBouncer (p50)", \.storePgBouncer),
+            ]
+            for (name, path) in figures {
+                guard let before = old[keyPath: path].p50, let now = scale[keyPath: path].p50 else { continue }
+                compared.append(Compared(name: name, before: before, now: now, higherIsBetter: false))
+            }
+            compared.append(Compared(name: "Scale-out: writes per second under the replica reads", before: old.writesPerSecond, now: scale.writesPerSecond, higherIsBetter: true))
+        }
+        guard !compared.isEmpty else { return [] }
+        func figure(_ value: Double, of name: String) -> String {
+            name.hasSuffix("(ours / C)") ? String(format: "%.2f×", value) : name.contains("(p50)") ? duration(value) : String(Int(value.rounded()))
+        }
+        let worse = compared.filter { $0.worsening > 1.10 }
+        var lines = [
+            "",
+            "## Against the previous run (issue 32, goal 6)",
+            "",
+            "The round-trip, decode, HTTP and scale-out figures of this run against those `Benchmarks/results/latest.json` held",
+            "before it (\(previous.machine.map { "measured on: \($0)" } ?? "machine not recorded")). Round trips and decoding as ours / C libpq",
+            "of the same run; the rest as measured. Worse = more than 10% worse, the spread of two runs of the same code here.",
+            "",
+            "| Figure | Previous run | This run | Change |",
+            "| --- | --- | --- | --- |",
+        ]
+        for item in compared {
+            let change = (item.worsening - 1) * 100
+            lines.append("| \(item.name) | \(figure(item.before, of: item.name)) | \(figure(item.now, of: item.name)) | "
+                + (item.worsening > 1.10 ? "**\(String(format: "%.0f", change))% worse**" : change > 0 ? String(format: "%.0f%% worse (within the spread)", change) : String(format: "%.0f%% better", -change)) + " |")
+        }
+        lines += [
+            "",
+            "| Goal | Here | Met |",
+            "| --- | --- | --- |",
+            "| No figure of the round-trip, decode, HTTP or scale-out groups worse than the previous run | "
+                + (worse.isEmpty ? "none of \(compared.count) worse" : "\(worse.count) of \(compared.count) worse: " + worse.map(\.name).joined(separator: "; "))
+                + " | \(worse.isEmpty ? "yes" : "**no**") |",
+        ]
+        return lines
+    }
+}
