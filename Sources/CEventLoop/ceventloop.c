@@ -137,3 +137,24 @@ void bb_wakeup_drain(int read_end) {
 #endif
 
 int bb_close(int fd) { return close(fd); }
+
+// One offer per thread: a thread hops one task at a time.
+static _Thread_local const void *offered_loop;
+static _Thread_local const void *offered_task;
+
+void bb_offer_set(const void *loop, const void *task) {
+    offered_loop = loop;
+    offered_task = task;
+}
+
+int bb_offer_take(const void *loop, const void *job) {
+    int matches = offered_loop != NULL && offered_loop == loop && offered_task == job;
+    offered_loop = NULL;
+    offered_task = NULL;
+    return matches;
+}
+
+void bb_offer_clear(void) {
+    offered_loop = NULL;
+    offered_task = NULL;
+}

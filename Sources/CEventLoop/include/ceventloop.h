@@ -33,6 +33,15 @@ int bb_wakeup_create(int *write_end);
 void bb_wakeup_signal(int write_end);
 void bb_wakeup_drain(int read_end);
 
+/// The calling thread's offer to run one job of a loop itself: `task` is about to hop onto
+/// `loop` (both as opaque pointers). Set just before the hop; the loop's enqueue takes it.
+void bb_offer_set(const void *loop, const void *task);
+/// Takes the calling thread's offer (the thread then holds none). 1 when the offer was for
+/// `loop` and `job` (a task is its own job), else 0.
+int bb_offer_take(const void *loop, const void *job);
+/// Drops the calling thread's offer, if one was left (the hop went another way).
+void bb_offer_clear(void);
+
 /// Closes a descriptor made here.
 int bb_close(int fd);
 

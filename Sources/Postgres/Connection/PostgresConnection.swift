@@ -37,7 +37,7 @@ public actor PostgresConnection {
     ///     for id in ids { _ = try await connection.query("SELECT * FROM events WHERE id = \(id)") }
     /// }
     /// ```
-    public nonisolated var taskExecutor: any TaskExecutor { loop }
+    public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
     nonisolated let configuration: PostgresConfiguration
     /// Logs, metrics and spans (see QueryObserver).

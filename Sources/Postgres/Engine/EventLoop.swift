@@ -7,13 +7,23 @@ import Synchronization
 /// deadlines), and runs the jobs of the actors that use it as their executor.
 ///
 /// A connection actor's executor is its loop, so the actor's code and the loop's I/O handling
-/// never run at the same time: libpq is only ever touched from that one thread. Many
+/// never run at the same time: libpq is only ever touched by whoever runs the loop. Many
 /// connections share a loop; a process has a few loops (`EventLoopGroup.shared`), not a thread
 /// per connection.
-final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    /// What the loop runs: an actor or task job, or a closure posted from another thread.
+///
+/// Whoever runs the loop holds `execution`. That is the loop's own thread, except while it
+/// sleeps in the poller: then a task that hops onto the loop from a plain thread (the pool's
+/// calls offer theirs, see `offerCallingThread`) may run its job on that thread instead of
+/// waking the loop to run it, the way an uncontended actor runs on its caller's thread. The
+/// job sends its request itself; the loop's thread wakes once, for the answer, instead of
+/// twice (once to send, once for the answer).
+final class EventLoop: SerialExecutor, @unchecked Sendable {
+    /// What the loop runs: a job isolated to a connection (this loop as its actor's serial
+    /// executor), a job of a task that prefers this loop (`taskExecutor`) outside any actor,
+    /// or a closure posted from another thread.
     private enum Work {
         case job(UnownedJob)
+        case taskJob(UnownedJob)
         case closure(@Sendable () -> Void)
     }
 
@@ -33,28 +43,54 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
         var sleeping = false
     }
     private let inbox = Mutex(Inbox())
+    /// The thread that runs the loop now: the loop's own, or a caller's running a job in its
+    /// place (`runInPlace`).
     private let threadID = Atomic<UInt>(0)
+    private let loopThreadID = Atomic<UInt>(0)
+    /// Held by whoever runs the loop; the loop's thread lets go of it only to sleep.
+    private let execution = Mutex(())
+    /// Jobs run on a caller's thread in place of the loop's (for tests and the bench).
+    let jobsRunInPlace = Atomic<Int>(0)
+    /// Jobs that asked to run again on this loop from their own run (an `await` that needed a
+    /// switch of executor the loop can make at once), and were run again at once.
+    let jobsRunAgain = Atomic<Int>(0)
+    /// This loop as a task executor: tasks that prefer it run their code on the loop.
+    let taskExecutor = LoopTaskExecutor()
 
-    // Loop-thread state.
+    // State of whoever runs the loop (under `execution`).
     private var handlers: [UInt64: Handler] = [:]
     private var nextToken: UInt64 = 1
     private var timers = TimerHeap()
     private var running: [Work] = []
     private var afterBatch: [() -> Void] = []
+    /// The job being run, and what it enqueued on this loop during its own run (see `run(_:)`).
+    private var runningJob: UnsafeRawPointer?
+    private var runAgain: Work?
+    /// When the sleeping loop's thread wakes on its own: a job run in its place that starts a
+    /// timer due sooner wakes it.
+    private var sleepsUntil: ContinuousClock.Instant?
+    /// How long the loop's thread sleeps at most while it watches a connection, so that a
+    /// deadline started by a job run in its place needs no wake-up when it is further away
+    /// than this (one second; tests set others).
+    let longestSleep: Duration
 
-    init(index: Int) {
+    /// `name`: its thread's (`postgres-io-<index>` unless given; tests name theirs
+    /// `postgres-io-t…`).
+    init(index: Int, name: String? = nil, longestSleep: Duration = .seconds(1)) {
         self.index = index
+        self.longestSleep = longestSleep
         poller = bb_poller_create()
         var writeEnd: Int32 = -1
         wakeRead = bb_wakeup_create(&writeEnd)
         wakeWrite = writeEnd
+        taskExecutor.attach(self)
         if poller < 0 || wakeRead < 0 {
             // No descriptors left: the loop cannot run. Connections on it fail to open.
             return
         }
         _ = bb_poller_add(poller, wakeRead, Int32(BB_INTEREST_READ), 0)
         let thread = Thread { [self] in run() }
-        thread.name = "postgres-io-\(index)"
+        thread.name = name ?? "postgres-io-\(index)"
         thread.stackSize = 1 << 20
         thread.start()
     }
@@ -62,21 +98,102 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     /// Whether the loop could be set up (it has its poller and wake-up descriptors).
     var isUsable: Bool { poller >= 0 && wakeRead >= 0 }
 
-    /// Whether the caller runs on this loop's thread.
+    /// Whether the loop's thread sleeps (or is about to) with no work waiting: a job offered
+    /// now runs in place (for tests).
+    var isAsleep: Bool {
+        inbox.withLock { $0.sleeping && $0.work.isEmpty } && execution.withLockIfAvailable { _ in true } != nil
+    }
+
+    /// Whether the caller runs the loop now: on its thread, or running a job in its place.
     var inLoop: Bool { threadID.load(ordering: .relaxed) == currentThreadID() }
 
     // MARK: Executors
 
     func enqueue(_ job: consuming ExecutorJob) {
-        submit(.job(UnownedJob(job)))
+        let job = UnownedJob(job)
+        if Self.canTellJobs, bb_offer_take(Unmanaged.passUnretained(self).toOpaque(), Self.address(of: job)) != 0,
+           runInPlace(job) {
+            return
+        }
+        if askedToRunAgain(.job(job), job) { return }
+        submit(.job(job))
+    }
+
+    /// A job of a task that prefers this loop, outside any actor (`LoopTaskExecutor`).
+    fileprivate func enqueueTaskJob(_ job: UnownedJob) {
+        if askedToRunAgain(.taskJob(job), job) { return }
+        submit(.taskJob(job))
+    }
+
+    /// A job is enqueued by its own run when its task's next `await` needs another executor
+    /// than the one it ran with: isolated to a connection, or not; with this loop as its task
+    /// executor, or none. The task gives up the thread right after, so it runs again at once,
+    /// the way it asked (`run(_:)`), instead of going round the queue. Without this, every
+    /// `await` inside a connection's code went round the queue once.
+    private func askedToRunAgain(_ work: Work, _ job: UnownedJob) -> Bool {
+        guard Self.canTellJobs, inLoop, let running = runningJob, running == Self.address(of: job), runAgain == nil else { return false }
+        runAgain = work
+        return true
+    }
+
+    private static func address(of job: UnownedJob) -> UnsafeRawPointer {
+        unsafeBitCast(job, to: UnsafeRawPointer.self)
+    }
+
+    /// Whether a job's address can be compared with a task's (each is one pointer, and a task
+    /// is its own job); else no job runs in place.
+    private static let canTellJobs = MemoryLayout<UnownedJob>.size == MemoryLayout<UnsafeRawPointer>.size
+        && MemoryLayout<UnsafeCurrentTask>.size == MemoryLayout<UnsafeRawPointer>.size
+
+    /// Call just before the current task hops onto this loop (an `await` on a connection that
+    /// lives on it): if the loop sleeps when the hop comes, the task's job runs on this thread
+    /// in place of the loop's (`runInPlace`). Only the task that offered runs in place, and only
+    /// in that hop: a continuation resumed from this thread (under a lock, say) never does.
+    ///
+    /// ```swift
+    /// connection.loop.offerCallingThread()
+    /// let rows = try await connection.query(sql)
+    /// ```
+    func offerCallingThread() {
+        guard Self.canTellJobs, !inLoop else { return }
+        withUnsafeCurrentTask { task in
+            guard let task else { return }
+            bb_offer_set(Unmanaged.passUnretained(self).toOpaque(), unsafeBitCast(task, to: UnsafeRawPointer.self))
+        }
+    }
+
+    /// Runs `job` on the calling thread as the loop, if the loop's thread sleeps and no work
+    /// waits before it (else returns false, and the job is queued as usual).
+    private func runInPlace(_ job: UnownedJob) -> Bool {
+        let ran: Bool? = execution.withLockIfAvailable { _ -> Bool in
+            guard inbox.withLock({ $0.work.isEmpty }) else { return false }
+            threadID.store(currentThreadID(), ordering: .relaxed)
+            defer { threadID.store(loopThreadID.load(ordering: .relaxed), ordering: .relaxed) }
+            jobsRunInPlace.add(1, ordering: .relaxed)
+            run(.job(job))
+            // What the job queued for the loop runs here too (it did not wake the loop), and
+            // what it left for the end of the batch (a flush) runs now.
+            for _ in 0..<4 {
+                let pending = inbox.withLock { inbox -> [Work] in
+                    var taken: [Work] = []
+                    swap(&taken, &inbox.work)
+                    return taken
+                }
+                if pending.isEmpty && afterBatch.isEmpty { break }
+                running = pending
+                runWork()
+                runAfterBatch()
+            }
+            let leftWork = !inbox.withLock { $0.work.isEmpty }
+            let soonerTimer = timers.nextDeadline.map { deadline in sleepsUntil.map { deadline < $0 } ?? true } ?? false
+            if leftWork || soonerTimer { bb_wakeup_signal(wakeWrite) }
+            return true
+        }
+        return ran ?? false
     }
 
     func asUnownedSerialExecutor() -> UnownedSerialExecutor {
         UnownedSerialExecutor(ordinary: self)
-    }
-
-    func asUnownedTaskExecutor() -> UnownedTaskExecutor {
-        UnownedTaskExecutor(ordinary: self)
     }
 
     func isSameExclusiveExecutionContext(other: EventLoop) -> Bool { other === self }
@@ -91,9 +208,11 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     }
 
     private func submit(_ work: Work) {
+        // A job running in place of the loop runs what it queues before it lets go.
+        let runningInPlace = inLoop && currentThreadID() != loopThreadID.load(ordering: .relaxed)
         let wake = inbox.withLock { inbox -> Bool in
             inbox.work.append(work)
-            guard inbox.sleeping else { return false }
+            guard inbox.sleeping, !runningInPlace else { return false }
             inbox.sleeping = false
             return true
         }
@@ -143,34 +262,47 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     // MARK: The loop
 
     private func run() {
-        threadID.store(currentThreadID(), ordering: .relaxed)
+        let me = currentThreadID()
+        loopThreadID.store(me, ordering: .relaxed)
         var events = [bb_event](repeating: bb_event(), count: 64)
+        var count: Int32 = 0
         let clock = ContinuousClock()
         while true {
-            // Work first; sleep only when there is none (the inbox flag makes posters wake us).
-            let pending = inbox.withLock { inbox -> [Work] in
-                if inbox.work.isEmpty {
-                    inbox.sleeping = true
-                    return []
-                }
-                var taken: [Work] = []
-                swap(&taken, &inbox.work)
-                return taken
-            }
-            if !pending.isEmpty {
-                running = pending
-                runWork()
+            let timeout = execution.withLock { _ -> Int32 in
+                threadID.store(me, ordering: .relaxed)
+                sleepsUntil = nil
+                dispatch(&events, count: count)
                 fireTimers(clock.now)
-                pollWithoutWaiting(&events)
                 runAfterBatch()
-                continue
+                while true {
+                    // Work first; sleep only when there is none (the inbox flag makes posters wake us).
+                    let pending = inbox.withLock { inbox -> [Work] in
+                        if inbox.work.isEmpty {
+                            inbox.sleeping = true
+                            return []
+                        }
+                        var taken: [Work] = []
+                        swap(&taken, &inbox.work)
+                        return taken
+                    }
+                    if pending.isEmpty { break }
+                    running = pending
+                    runWork()
+                    fireTimers(clock.now)
+                    pollWithoutWaiting(&events)
+                    runAfterBatch()
+                }
+                let now = clock.now
+                var timeout = timers.millisecondsUntilNext(from: now)
+                if !handlers.isEmpty {
+                    let longest = Int32(clamping: longestSleep.components.seconds * 1000)
+                    timeout = timeout < 0 ? longest : min(timeout, longest)
+                }
+                sleepsUntil = timeout < 0 ? nil : now + .milliseconds(timeout)
+                return timeout
             }
-            let timeout = timers.millisecondsUntilNext(from: clock.now)
-            let count = bb_poller_wait(poller, &events, Int32(events.count), timeout)
+            count = bb_poller_wait(poller, &events, Int32(events.count), timeout)
             inbox.withLock { $0.sleeping = false }
-            dispatch(&events, count: count)
-            fireTimers(clock.now)
-            runAfterBatch()
         }
     }
 
@@ -191,13 +323,48 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     }
 
     private func runWork() {
-        for work in running {
-            switch work {
-            case .job(let job): job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
-            case .closure(let body): body()
-            }
-        }
+        for work in running { run(work) }
         running.removeAll(keepingCapacity: true)
+    }
+
+    /// Runs one piece of work, and again at once each time the job enqueues itself on this loop
+    /// during its run (`askedToRunAgain`), eight times at most before it waits its turn.
+    ///
+    /// Whether a job isolated to a connection runs with this loop as its task executor is what
+    /// its task prefers, which the runtime does not tell an executor. A plain caller's task
+    /// prefers none, so none is tried first; a task that came from this loop's task executor
+    /// prefers it. When a connection's job asks to run again on the connection, the `await`
+    /// that made it wanted the other choice, and it runs again with that one.
+    private func run(_ first: Work) {
+        var work = first
+        var prefersThisLoop = false
+        for _ in 0..<8 {
+            runAgain = nil
+            switch work {
+            case .closure(let body):
+                body()
+                return
+            case .taskJob(let job):
+                prefersThisLoop = true
+                runningJob = Self.address(of: job)
+                job.runSynchronously(on: taskExecutor.asUnownedTaskExecutor())
+            case .job(let job):
+                runningJob = Self.address(of: job)
+                if prefersThisLoop {
+                    job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: taskExecutor.asUnownedTaskExecutor())
+                } else {
+                    job.runSynchronously(on: asUnownedSerialExecutor())
+                }
+            }
+            runningJob = nil
+            guard let next = runAgain else { return }
+            runAgain = nil
+            jobsRunAgain.add(1, ordering: .relaxed)
+            if case .job = work, case .job = next { prefersThisLoop.toggle() }
+            work = next
+        }
+        // Still asking: it waits its turn behind the rest.
+        inbox.withLock { $0.work.append(work) }
     }
 
     /// Between batches of work, sockets are still serviced (a busy loop never starves I/O).
@@ -223,6 +390,34 @@ final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
     }
 }
 
+/// A loop as a task executor: a task that prefers it runs its code, outside any actor, on the
+/// loop, and calls to the loop's connections need no hop between threads.
+///
+/// ```swift
+/// try await withTaskExecutorPreference(connection.taskExecutor) { try await connection.query("SELECT 1") }
+/// ```
+final class LoopTaskExecutor: TaskExecutor, Sendable {
+    /// Its loop, attached by the loop's init before either is seen by anyone else.
+    private let loop = AtomicLazyReference<EventLoop>()
+
+    fileprivate func attach(_ loop: EventLoop) {
+        _ = self.loop.storeIfNil(loop)
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        guard let loop = loop.load() else {
+            // Not reachable (the loop attaches itself as it is made); the job still runs.
+            return job.runSynchronously(on: asUnownedTaskExecutor())
+        }
+        loop.enqueueTaskJob(job)
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
+    }
+}
+
 /// A group of loops; connections are spread over them in turn.
 ///
 /// ```swift
@@ -234,6 +429,11 @@ final class EventLoopGroup: Sendable {
 
     init(threads: Int) {
         loops = (0..<max(1, threads)).map { EventLoop(index: $0) }
+    }
+
+    /// A group of the given loops (each one's index is its place in `loops`).
+    init(loops: [EventLoop]) {
+        self.loops = loops
     }
 
     /// The process's loops: one per two cores, at least one, at most four. The client's work is
@@ -336,6 +536,14 @@ struct TimerHeap {
             return take(first.id)
         }
         return nil
+    }
+
+    /// When the next live timer is due, if any.
+    var nextDeadline: ContinuousClock.Instant? {
+        mutating get {
+            while let first = heap.first, !isLive(first.id) { removeFirst() }
+            return heap.first?.deadline
+        }
     }
 
     /// Milliseconds until the next live timer (rounded up), or -1 when there is none.

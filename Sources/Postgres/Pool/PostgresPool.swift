@@ -108,7 +108,9 @@ public final class PostgresPool: Sendable {
     public let options: PoolOptions
     private typealias Machine = PoolStateMachine<PostgresConnection, ContinuousClock.Instant>
     private let state: Mutex<State>
-    private let timerLoop = EventLoopGroup.shared.next()
+    /// The I/O threads its connections run on (the process's, except in tests).
+    private let loops: EventLoopGroup
+    private let timerLoop: EventLoop
     /// Gauges, the acquire timer and the pool's own log records.
     private let observer: PoolObserver
 
@@ -128,9 +130,16 @@ public final class PostgresPool: Sendable {
         var drainWaiters: [CheckedContinuation<Bool, Never>] = []
     }
 
-    public init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
+    public convenience init(configuration: PostgresConfiguration, options: PoolOptions = PoolOptions()) {
+        self.init(configuration: configuration, options: options, loops: .shared)
+    }
+
+    /// A pool whose connections run on `loops` (tests give it loops no other test uses).
+    init(configuration: PostgresConfiguration, options: PoolOptions, loops: EventLoopGroup) {
         self.configuration = configuration
         self.options = options
+        self.loops = loops
+        timerLoop = loops.next()
         observer = PoolObserver(configuration: configuration, options: options)
         state = Mutex(State(machine: Machine(limits: .init(
             minimumConnections: options.minimumConnections, maximumConnections: options.maximumConnections,
@@ -151,7 +160,7 @@ public final class PostgresPool: Sendable {
     ///     try await pool.fetchValue(Int.self, "SELECT count(*) FROM events WHERE child_id = \(id)")
     /// }
     /// ```
-    public var taskExecutor: any TaskExecutor { EventLoopGroup.shared.next() }
+    public var taskExecutor: any TaskExecutor { loops.next().taskExecutor }
 
     /// Counts for monitoring (also published as metrics, see `PostgresMetricName`).
     public var statistics: (idle: Int, inUse: Int, open: Int, waiting: Int) {
@@ -189,6 +198,8 @@ public final class PostgresPool: Sendable {
     ) async throws -> T {
         let connection = try await acquire(shared: false)
         do {
+            // The hop onto the connection's loop may run on this thread (EventLoop.offerCallingThread).
+            connection.loop.offerCallingThread()
             let value = try await body(connection)
             await release(connection, shared: false)
             return value
@@ -222,6 +233,7 @@ public final class PostgresPool: Sendable {
         while true {
             let connection = try await acquire(shared: shared)
             do {
+                connection.loop.offerCallingThread()
                 let rows = try await connection.query(sql, timeout: timeout)
                 await release(connection, shared: shared)
                 return rows
@@ -270,7 +282,7 @@ public final class PostgresPool: Sendable {
         let start = ContinuousClock.now
         // The pool's own limit, or the caller's deadline (PostgresDeadline) when it ends first.
         let deadline = min(start + options.acquireTimeout, PostgresDeadline.current ?? start + options.acquireTimeout)
-        let affinity = EventLoopGroup.shared.currentIndex
+        let affinity = loops.currentIndex
         let (id, acquisition) = withState { state -> (UInt64, Machine.Acquisition) in
             state.nextID += 1
             let id = state.nextID
@@ -398,7 +410,7 @@ public final class PostgresPool: Sendable {
     private func open(forWaiter waiter: UInt64?, deadline: ContinuousClock.Instant?, affinity: Int?) {
         let configuration = self.configuration
         Task {
-            let loop = affinity.map { EventLoopGroup.shared.loops[$0 % EventLoopGroup.shared.loops.count] } ?? EventLoopGroup.shared.next()
+            let loop = affinity.map { loops.loops[$0 % loops.loops.count] } ?? loops.next()
             do {
                 let connection = try await PostgresDeadline.none {
                     try await PostgresConnection.connect(configuration, deadline: deadline ?? .now + .seconds(configuration.effectiveConnectTimeout), on: loop)
