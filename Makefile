@@ -200,7 +200,9 @@ citus-bench: deps
 # minutes the first time; the run itself stays under 10 minutes on 2 cores.
 bench: deps
 	@command -v wrk >/dev/null 2>&1 || { echo "Installing wrk (the HTTP group's load generator) with apt-get"; \
-		$(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null || echo "warning: wrk could not be installed; the HTTP group is skipped" >&2; }
+		{ $(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null 2>&1 \
+		  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null; }; } \
+		|| echo "warning: wrk could not be installed; the HTTP group is skipped" >&2; }
 	@mkdir -p .build
 	cc -O2 -Wall -o .build/bench-clibpq Benchmarks/clibpq/bench.c $$(pkg-config --cflags --libs libpq)
 	@if ! .venv-bench/bin/python -c 'import asyncpg, uvloop' >/dev/null 2>&1; then \
