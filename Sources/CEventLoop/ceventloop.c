@@ -154,7 +154,8 @@ int bb_offer_take(const void *loop, const void *job) {
     return matches;
 }
 
-void bb_offer_clear(void) {
-    offered_loop = NULL;
-    offered_task = NULL;
-}
+static _Thread_local int is_loop_thread;
+
+void bb_mark_loop_thread(void) { is_loop_thread = 1; }
+
+int bb_is_loop_thread(void) { return is_loop_thread; }

@@ -39,8 +39,10 @@ void bb_offer_set(const void *loop, const void *task);
 /// Takes the calling thread's offer (the thread then holds none). 1 when the offer was for
 /// `loop` and `job` (a task is its own job), else 0.
 int bb_offer_take(const void *loop, const void *job);
-/// Drops the calling thread's offer, if one was left (the hop went another way).
-void bb_offer_clear(void);
+/// Marks the calling thread as a loop's own thread (for the rest of its life).
+void bb_mark_loop_thread(void);
+/// 1 on a loop's own thread, else 0: such a thread never offers itself to another loop.
+int bb_is_loop_thread(void);
 
 /// Closes a descriptor made here.
 int bb_close(int fd);

@@ -111,8 +111,11 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        // The offering task's own hop: its address matches, and no task runs on this thread
+        // (a task switching executors is no longer current when it enqueues itself; one
+        // resuming another task's continuation is).
         if Self.canTellJobs, bb_offer_take(Unmanaged.passUnretained(self).toOpaque(), Self.address(of: job)) != 0,
-           runInPlace(job) {
+           withUnsafeCurrentTask(body: { $0 == nil }), runInPlace(job) {
             return
         }
         if askedToRunAgain(.job(job), job) { return }
@@ -155,7 +158,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// let rows = try await connection.query(sql)
     /// ```
     func offerCallingThread() {
-        guard Self.canTellJobs, !inLoop else { return }
+        // A loop's own thread (a task that prefers one) keeps to its loop's work.
+        guard Self.canTellJobs, !inLoop, bb_is_loop_thread() == 0 else { return }
         withUnsafeCurrentTask { task in
             guard let task else { return }
             bb_offer_set(Unmanaged.passUnretained(self).toOpaque(), unsafeBitCast(task, to: UnsafeRawPointer.self))
@@ -171,19 +175,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             defer { threadID.store(loopThreadID.load(ordering: .relaxed), ordering: .relaxed) }
             jobsRunInPlace.add(1, ordering: .relaxed)
             run(.job(job))
-            // What the job queued for the loop runs here too (it did not wake the loop), and
-            // what it left for the end of the batch (a flush) runs now.
-            for _ in 0..<4 {
-                let pending = inbox.withLock { inbox -> [Work] in
-                    var taken: [Work] = []
-                    swap(&taken, &inbox.work)
-                    return taken
-                }
-                if pending.isEmpty && afterBatch.isEmpty { break }
-                running = pending
-                runWork()
-                runAfterBatch()
-            }
+            // What it left for the end of the batch (the flush of its request) runs now. What
+            // it queued for the loop (it did not wake the loop for it) is the loop's to run:
+            // nothing but this job runs on the caller's thread.
+            runAfterBatch()
             let leftWork = !inbox.withLock { $0.work.isEmpty }
             let soonerTimer = timers.nextDeadline.map { deadline in sleepsUntil.map { deadline < $0 } ?? true } ?? false
             if leftWork || soonerTimer { bb_wakeup_signal(wakeWrite) }
@@ -264,6 +259,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private func run() {
         let me = currentThreadID()
         loopThreadID.store(me, ordering: .relaxed)
+        bb_mark_loop_thread()
         var events = [bb_event](repeating: bb_event(), count: 64)
         var count: Int32 = 0
         let clock = ContinuousClock()
@@ -292,14 +288,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     pollWithoutWaiting(&events)
                     runAfterBatch()
                 }
+                // The loop wakes for its next timer, and after `longestSleep` at most while it
+                // watches a connection. `sleepsUntil` is that instant itself (the poller's
+                // timeout is rounded up to whole milliseconds).
                 let now = clock.now
-                var timeout = timers.millisecondsUntilNext(from: now)
-                if !handlers.isEmpty {
-                    let longest = Int32(clamping: longestSleep.components.seconds * 1000)
-                    timeout = timeout < 0 ? longest : min(timeout, longest)
-                }
-                sleepsUntil = timeout < 0 ? nil : now + .milliseconds(timeout)
-                return timeout
+                var wakeAt = timers.nextDeadline
+                if !handlers.isEmpty { wakeAt = min(wakeAt ?? now + longestSleep, now + longestSleep) }
+                sleepsUntil = wakeAt
+                return wakeAt.map { TimerHeap.milliseconds(from: now, to: $0) } ?? -1
             }
             count = bb_poller_wait(poller, &events, Int32(events.count), timeout)
             inbox.withLock { $0.sleeping = false }
@@ -431,9 +427,10 @@ final class EventLoopGroup: Sendable {
         loops = (0..<max(1, threads)).map { EventLoop(index: $0) }
     }
 
-    /// A group of the given loops (each one's index is its place in `loops`).
-    init(loops: [EventLoop]) {
-        self.loops = loops
+    /// `count` loops of a test's own: their threads are named `prefix` and their index, and
+    /// they sleep `longestSleep` at most while they watch a connection.
+    init(count: Int, named prefix: String, longestSleep: Duration) {
+        loops = (0..<max(1, count)).map { EventLoop(index: $0, name: prefix + String($0), longestSleep: longestSleep) }
     }
 
     /// The process's loops: one per two cores, at least one, at most four. The client's work is
@@ -548,9 +545,12 @@ struct TimerHeap {
 
     /// Milliseconds until the next live timer (rounded up), or -1 when there is none.
     mutating func millisecondsUntilNext(from now: ContinuousClock.Instant) -> Int32 {
-        while let first = heap.first, !isLive(first.id) { removeFirst() }
-        guard let first = heap.first else { return -1 }
-        let remaining = now.duration(to: first.deadline)
+        nextDeadline.map { Self.milliseconds(from: now, to: $0) } ?? -1
+    }
+
+    /// Whole milliseconds from `now` to `deadline`, rounded up (0 when it is past).
+    static func milliseconds(from now: ContinuousClock.Instant, to deadline: ContinuousClock.Instant) -> Int32 {
+        let remaining = now.duration(to: deadline)
         guard remaining > .zero else { return 0 }
         let (seconds, attoseconds) = remaining.components
         let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
