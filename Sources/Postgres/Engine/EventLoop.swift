@@ -203,7 +203,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     }
 
     private func submit(_ work: Work) {
-        // A job running in place of the loop runs what it queues before it lets go.
+        // A job running in place of the loop wakes it once, as it lets go, for what it queued
+        // (runInPlace).
         let runningInPlace = inLoop && currentThreadID() != loopThreadID.load(ordering: .relaxed)
         let wake = inbox.withLock { inbox -> Bool in
             inbox.work.append(work)
