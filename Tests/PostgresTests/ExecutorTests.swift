@@ -60,8 +60,9 @@ import Testing
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         return tasks.filter { task in
             let name = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
-            // Nor the loops of RunInPlaceTests, made once when those tests first run.
-            return !name.hasPrefix(faultProxyThreadName) && !name.hasPrefix("postgres-io-t")
+            // Nor the loops of RunInPlaceTests, made once when those tests first run, nor the
+            // short-lived helpers (connecting, cancelling) of the tests that run meanwhile.
+            return !name.hasPrefix(faultProxyThreadName) && !name.hasPrefix("postgres-io-t") && !name.hasPrefix(helperThreadName)
         }.count
     }
 }

@@ -210,7 +210,7 @@ extension PostgresConnection {
         while core.lastPendingID != nil { await waitUntilIdle() }
         let box = UncheckedBox(try core.beginBlocking())
         let outcome: Result<T, any Error> = await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: Result { try body(box.value) }) }
+            runOnHelperThread { continuation.resume(returning: Result { try body(box.value) }) }
         }
         core.endBlocking()
         return try outcome.get()

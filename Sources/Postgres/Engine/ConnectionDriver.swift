@@ -255,7 +255,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         connectContinuation = continuation
         handle { $0.startConnecting(timeout: timeout, target: description) }
         let loop = self.loop
-        Thread.detachNewThread { [self] in
+        runOnHelperThread { [self] in
             let started = LibPQConnection.start(keywords: keywords, values: values)
             loop.execute { [self] in adopt(started) }
         }

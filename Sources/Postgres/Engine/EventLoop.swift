@@ -89,8 +89,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             return
         }
         _ = bb_poller_add(poller, wakeRead, Int32(BB_INTEREST_READ), 0)
-        let thread = Thread { [self] in run() }
-        thread.name = name ?? "postgres-io-\(index)"
+        let threadName = name ?? "postgres-io-\(index)"
+        let thread = Thread { [self] in
+            // Named from the thread itself: that also names the system thread (ps, /proc).
+            Thread.current.name = threadName
+            run()
+        }
         thread.stackSize = 1 << 20
         thread.start()
     }
@@ -574,6 +578,23 @@ struct TimerHeap {
         }
     }
 }
+
+/// Runs `body` on a short-lived thread of its own, named `postgres-helper`: connecting (a host
+/// name lookup blocks), sending a cancel request, a blocking COPY. The name tells these apart
+/// from threads that stay (the loops' `postgres-io-…`).
+///
+/// ```swift
+/// runOnHelperThread { _ = LibPQConnection.start(keywords: keywords, values: values) }
+/// ```
+func runOnHelperThread(_ body: @escaping @Sendable () -> Void) {
+    Thread.detachNewThread {
+        Thread.current.name = helperThreadName
+        body()
+    }
+}
+
+/// The name of `runOnHelperThread`'s threads (15 bytes at most: Linux's limit for a name).
+let helperThreadName = "postgres-helper"
 
 /// The calling thread, as a number.
 func currentThreadID() -> UInt {

@@ -392,7 +392,7 @@ final class CancelObject: @unchecked Sendable {
 
     /// Sends the cancel request on a thread of its own, then calls `done` there.
     func send(_ done: @escaping @Sendable () -> Void) {
-        Thread.detachNewThread { [self] in
+        runOnHelperThread { [self] in
             sendBlocking()
             done()
         }

@@ -20,7 +20,7 @@ import Testing
     static let choiceLoop = EventLoop(index: 0, name: "postgres-io-t6")
     static let busyLoop = EventLoop(index: 0, name: "postgres-io-t7")
     static let neighbourLoop = EventLoop(index: 0, name: "postgres-io-t8")
-    static let poolLoops = EventLoopGroup(count: 1, named: "postgres-io-t5-", longestSleep: .seconds(3600))
+    static let poolLoops = EventLoopGroup(count: 1, named: "postgres-io-t5", longestSleep: .seconds(3600))
 
     /// An actor whose executor is a loop (no connection: the loop sleeps until asked).
     actor OnLoop {
