@@ -16,10 +16,10 @@ import Testing
     static let drowsyLoop = EventLoop(index: 0, name: "postgres-io-t3", longestSleep: .seconds(3600))
     /// Sleeps a second at most while it watches a connection, as the shared loops do.
     static let tickingLoop = EventLoop(index: 0, name: "postgres-io-t4")
-    /// No timer of its own wakes it either: every hop onto it while it sleeps runs in place.
     static let choiceLoop = EventLoop(index: 0, name: "postgres-io-t6")
     static let busyLoop = EventLoop(index: 0, name: "postgres-io-t7")
     static let neighbourLoop = EventLoop(index: 0, name: "postgres-io-t8")
+    /// No timer of its own wakes it either: every hop onto it while it sleeps runs in place.
     static let poolLoops = EventLoopGroup(count: 1, named: "postgres-io-t5", longestSleep: .seconds(3600))
 
     /// An actor whose executor is a loop (no connection: the loop sleeps until asked).
