@@ -49,8 +49,15 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private let loopThreadID = Atomic<UInt>(0)
     /// Held by whoever runs the loop; the loop's thread lets go of it only to sleep.
     private let execution = Mutex(())
+    /// True while the loop's thread waits in the poller: a hint read before trying `execution`
+    /// (`runInPlace`). A try that fails is not free: Swift's `Mutex` on Linux asks the kernel
+    /// before it gives up (`FUTEX_TRYLOCK_PI`), and the loop's thread holds `execution`
+    /// whenever it is awake, which is most of the time under load.
+    private let pollerWaiting = Atomic<Bool>(false)
     /// Jobs run on a caller's thread in place of the loop's (for tests and the bench).
     let jobsRunInPlace = Atomic<Int>(0)
+    /// Times an offered hop tried to take the loop from its thread (for tests).
+    let inPlaceTries = Atomic<Int>(0)
     /// Jobs that asked to run again on this loop from their own run (an `await` that needed a
     /// switch of executor the loop can make at once), and were run again at once.
     let jobsRunAgain = Atomic<Int>(0)
@@ -105,8 +112,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Whether the loop's thread sleeps (or is about to) with no work waiting: a job offered
     /// now runs in place (for tests).
     var isAsleep: Bool {
-        inbox.withLock { $0.sleeping && $0.work.isEmpty } && execution.withLockIfAvailable { _ in true } != nil
+        pollerWaiting.load(ordering: .relaxed) && inbox.withLock { $0.sleeping && $0.work.isEmpty }
+            && execution.withLockIfAvailable { _ in true } != nil
     }
+
+    /// How many jobs and closures wait for the loop's thread (for tests).
+    var queuedWork: Int { inbox.withLock { $0.work.count } }
 
     /// Whether the caller runs the loop now: on its thread, or running a job in its place.
     var inLoop: Bool { threadID.load(ordering: .relaxed) == currentThreadID() }
@@ -173,6 +184,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Runs `job` on the calling thread as the loop, if the loop's thread sleeps and no work
     /// waits before it (else returns false, and the job is queued as usual).
     private func runInPlace(_ job: UnownedJob) -> Bool {
+        // An awake loop holds `execution`: no try (see `pollerWaiting`). The hint may be a
+        // moment late either way; `execution` decides.
+        guard pollerWaiting.load(ordering: .relaxed) else { return false }
+        inPlaceTries.add(1, ordering: .relaxed)
         let ran: Bool? = execution.withLockIfAvailable { _ -> Bool in
             guard inbox.withLock({ $0.work.isEmpty }) else { return false }
             threadID.store(currentThreadID(), ordering: .relaxed)
@@ -302,7 +317,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 sleepsUntil = wakeAt
                 return wakeAt.map { TimerHeap.milliseconds(from: now, to: $0) } ?? -1
             }
+            pollerWaiting.store(true, ordering: .relaxed)
             count = bb_poller_wait(poller, &events, Int32(events.count), timeout)
+            pollerWaiting.store(false, ordering: .relaxed)
             inbox.withLock { $0.sleeping = false }
         }
     }

@@ -1,4 +1,5 @@
 @testable import Postgres
+import Dispatch
 import PostgresTestKit
 import Synchronization
 import Testing
@@ -19,6 +20,7 @@ import Testing
     static let choiceLoop = EventLoop(index: 0, name: "postgres-io-t6")
     static let busyLoop = EventLoop(index: 0, name: "postgres-io-t7")
     static let neighbourLoop = EventLoop(index: 0, name: "postgres-io-t8")
+    static let awakeLoop = EventLoop(index: 0, name: "postgres-io-t9")
     /// No timer of its own wakes it either: every hop onto it while it sleeps runs in place.
     static let poolLoops = EventLoopGroup(count: 1, named: "postgres-io-t5", longestSleep: .seconds(3600))
 
@@ -102,6 +104,36 @@ import Testing
         }.value
         #expect(ran == loopThread)
         #expect(loop.jobsRunInPlace.load(ordering: .relaxed) == before)
+    }
+
+    /// An awake loop's thread holds the loop: an offered hop goes to its queue without trying
+    /// to take it (a try that fails costs a system call on Linux).
+    @Test func anOfferedHopOntoAnAwakeLoopTriesNothingAndQueues() async {
+        let loop = Self.awakeLoop
+        let actor = OnLoop(loop: loop)
+        let loopThread = await actor.thread()
+
+        // Keep the loop's thread busy (awake, holding the loop) until the hop waits in its queue.
+        let started = Atomic<Bool>(false)
+        let gate = DispatchSemaphore(value: 0)
+        loop.execute {
+            started.store(true, ordering: .releasing)
+            gate.wait()
+        }
+        while !started.load(ordering: .acquiring) { await Task.yield() }
+
+        let triesBefore = loop.inPlaceTries.load(ordering: .relaxed)
+        let inPlaceBefore = loop.jobsRunInPlace.load(ordering: .relaxed)
+        let hop = Task {
+            loop.offerCallingThread()
+            return await actor.thread()
+        }
+        while loop.queuedWork == 0 { await Task.yield() }
+        #expect(loop.inPlaceTries.load(ordering: .relaxed) == triesBefore, "the hop tried to take an awake loop")
+        gate.signal()
+
+        #expect(await hop.value == loopThread)
+        #expect(loop.jobsRunInPlace.load(ordering: .relaxed) == inPlaceBefore)
     }
 
     @Test(.timeLimit(.minutes(1))) func aDeadlineStartedInPlaceWakesTheSleepingLoop() async throws {
