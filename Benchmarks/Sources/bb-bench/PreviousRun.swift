@@ -45,7 +45,9 @@ extension Runner {
     /// the same run, which takes out most of a machine's difference between runs; HTTP and
     /// scale-out figures are compared as they are. A figure counts as worse beyond 10%, the
     /// spread of two runs of the same code here. A case is matched by its name, which holds its
-    /// repetition count, so a quick run is never compared with a full one.
+    /// repetition count, so a quick run is never compared with a full one. When C libpq's own
+    /// times moved by more than half, the runs were on different machines: the section says so
+    /// and leaves the verdict to `scripts/bench-ab.sh`.
     func previousRunSection(_ file: PreviousRun.File) -> [String] {
         let title = ["", "## Against the previous run (issue 32, goal 6)", ""]
         let previous: PreviousRun
@@ -93,6 +95,15 @@ extension Runner {
             groups.insert("scale-out")
         }
         guard !compared.isEmpty else { return [] }
+        // C libpq's own times in both runs say whether the machine is the same one. A ratio to C
+        // takes out a CPU's speed, not the cost of waking a thread, which ours pays on every
+        // round trip and C does not: on another machine the ratios move with the code unchanged.
+        var machineMoved: [String] = []
+        for result in results where result.name.hasPrefix("Round trips") || result.name.hasPrefix("Decoding") {
+            guard let old = previous.results?.first(where: { $0.name == result.name }),
+                  let was = old.c?.median, let now = result.c?.median, was > 0, abs(now / was - 1) > 0.5 else { continue }
+            machineMoved.append("\(result.name): \(duration(was)) → \(duration(now))")
+        }
         func figure(_ value: Double, of name: String) -> String {
             name.hasSuffix("(ours / C)") ? String(format: "%.2f×", value) : name.contains("(p50)") ? duration(value) : String(Int(value.rounded()))
         }
@@ -106,12 +117,21 @@ extension Runner {
             "| Figure | Previous run | This run | Change |",
             "| --- | --- | --- | --- |",
         ]
+        if !machineMoved.isEmpty {
+            lines.insert(contentsOf: [
+                "**Another machine:** C libpq's own times moved by more than half between the runs (" + machineMoved.joined(separator: "; ")
+                    + "), so a change below can be the machine's alone. `scripts/bench-ab.sh` runs the previous run's library and this one",
+                "on one machine, one after the other: that, not this table, says whether the code got worse.",
+                "",
+            ], at: lines.count - 2)
+        }
         for item in compared {
             let change = item.worsening * 100
             lines.append("| \(item.name) | \(figure(item.before, of: item.name)) | \(figure(item.now, of: item.name)) | "
                 + (item.worsening > 0.10 ? "**\(String(format: "%.0f", change))% worse**" : change > 0 ? String(format: "%.0f%% worse (within the spread)", change) : String(format: "%.0f%% better", -change)) + " |")
         }
-        let verdict = !worse.isEmpty ? "**no**" : missing.isEmpty ? "yes" : "not all measured"
+        let verdict = worse.isEmpty ? (missing.isEmpty ? "yes" : "not all measured")
+            : machineMoved.isEmpty ? "**no**" : "not judged here: another machine (`scripts/bench-ab.sh`)"
         lines += [
             "",
             "| Goal | Here | Met |",
