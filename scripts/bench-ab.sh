@@ -56,7 +56,11 @@ fi
 for round in $(seq 1 "$rounds"); do
     for build in base head; do
         echo "== bench-ab: round $round of $rounds, $build"
-        BB_BENCH_CLIBPQ="$PWD/.build/bench-clibpq" "$out/bb-bench-$build" --only="$groups" 2>&1 | grep -E "^bb-bench: (done|error)" || true
+        if ! BB_BENCH_CLIBPQ="$PWD/.build/bench-clibpq" "$out/bb-bench-$build" --only="$groups" >"$out/$build-$round.log" 2>&1; then
+            echo "bench-ab: the $build run failed: see $out/$build-$round.log" >&2
+            exit 1
+        fi
+        grep -E "^bb-bench: done" "$out/$build-$round.log" || true
         cp Benchmarks/results/latest.json "$out/$build-$round.json"
     done
 done
