@@ -9,7 +9,7 @@ public import Postgres
 /// ```
 public enum SchemaVersion {
     /// The newest migration (`Migrations/NNNN_…sql`) this module's SQL relies on.
-    public static let required = 29
+    public static let required = 30
 
     /// The newest version recorded by `bbmigrate` in `bbmigrate.schema_migrations`, or `nil`
     /// when the database was never migrated.

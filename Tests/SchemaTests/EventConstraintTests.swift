@@ -25,6 +25,43 @@ import Testing
         try await connection.logEvent(other, type: "sleep", start: "2026-11-20 13:00:00+00")
     }
 
+    /// Events of a child that does not exist are the foreign key's error however many rows the
+    /// statement writes (a second row used to meet the stamp's unique key first: 23505 on
+    /// events_child_change_seq_key, 0030); the same statements for a real child are accepted.
+    @Test func eventsOfAnUnknownChildAreAForeignKeyError() async throws {
+        let (connection, _) = try await migratedDatabase()
+        let family = try await connection.makeFamily(timezone: "UTC")
+        func insert(_ child: UUID, rows: Int) -> SQL {
+            """
+            INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+            SELECT \(child), \(family.userID), 'diaper', timestamptz '2026-11-20 10:00+00' + n * interval '1 minute', 'UTC', 0, '{"contents":"wet"}'
+            FROM generate_series(1, \(rows)) AS n
+            """
+        }
+        func copy(_ child: UUID, rows: Int) async throws {
+            _ = try await connection.copyIn(table: "events", columns: ["child_id", "logged_by", "event_type", "start_time", "start_tz", "start_offset_seconds", "data"]) { writer in
+                for index in 0..<rows {
+                    try writer.append([child, family.userID, "diaper", Date(timeIntervalSince1970: 1_763_632_800 + Double(index) * 60), "UTC", Int32(0), PostgresJSON(["contents": "wet"])])
+                }
+            }
+        }
+        let unknown = UUID()
+        for rows in [1, 3] {
+            await expectRefusal("23503", constraint: "events_child_id_fkey") { try await connection.execute(insert(unknown, rows: rows)) }
+            await expectRefusal("23503", constraint: "events_child_id_fkey") { try await copy(unknown, rows: rows) }
+        }
+        do {
+            try await connection.execute(insert(unknown, rows: 2))
+            Issue.record("two events of an unknown child were accepted")
+        } catch let error as PostgresError {
+            #expect(error.detail == "Key (child_id)=(\(unknown.uuidString.lowercased())) is not present in table \"children\".", "\(error)")
+        }
+        #expect(try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM events") == 0)
+        try await connection.execute(insert(family.childID, rows: 3))
+        try await copy(family.childID, rows: 3)
+        #expect(try await connection.fetchValue(Int.self, "SELECT count(DISTINCT change_seq)::int FROM events WHERE child_id = \(family.childID)") == 6)
+    }
+
     @Test func twentyConcurrentSleepStartsHaveExactlyOneWinner() async throws {
         let (setup, database) = try await migratedDatabase()
         let family = try await setup.makeFamily()
