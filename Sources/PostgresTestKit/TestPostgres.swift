@@ -33,6 +33,18 @@ public actor TestPostgres {
     private var citusSetups: [String: @Sendable (PostgresConnection) async throws -> Void] = [:]
     private var citusQueue: Task<Void, any Error>?
     private var counter = 0
+    private var creations = 0
+    private var creationWaiters: [CheckedContinuation<Void, Never>] = []
+
+    /// How many `CREATE DATABASE` statements run at once, at most (see `creatingDatabase`).
+    public static let creationLimit = 4
+
+    /// The most `CREATE DATABASE` statements this process has run at once.
+    ///
+    /// ```swift
+    /// #expect(await TestPostgres.shared.peakCreations <= TestPostgres.creationLimit)
+    /// ```
+    public private(set) var peakCreations = 0
 
     /// The running cluster (started on first call).
     public func cluster() async throws -> EmbeddedPostgres {
@@ -102,7 +114,7 @@ public actor TestPostgres {
         // Recorded before any suspension, so concurrent callers share one build.
         let task = Task {
             let cluster = try await self.cluster()
-            try await cluster.createDatabase(name)
+            try await self.creatingDatabase { try await cluster.createDatabase(name) }
             let connection = try await PostgresConnection.connect(try cluster.connectionString(database: name))
             do {
                 try await setup(connection)
@@ -134,8 +146,26 @@ public actor TestPostgres {
             try await creation.value
             return TestDatabase(name: name, connectionString: try cluster.connectionString(database: name), cluster: cluster)
         }
-        try await cluster.createDatabase(name, template: template)
+        try await creatingDatabase { try await cluster.createDatabase(name, template: template) }
         return TestDatabase(name: name, connectionString: try cluster.connectionString(database: name), cluster: cluster)
+    }
+
+    /// Runs `create` once fewer than `creationLimit` databases are being created; the others
+    /// wait their turn here, before their tests start. Each CREATE DATABASE writes a copy of its
+    /// template through the WAL: a whole suite started at once (a plain `swift test` runs every
+    /// test together) sent some two hundred of them at a time, which kept a 2-core machine's
+    /// disk so busy that new connections timed out (45 s) and a hundred tests failed.
+    private func creatingDatabase(_ create: () async throws -> Void) async throws {
+        while creations >= Self.creationLimit {
+            await withCheckedContinuation { creationWaiters.append($0) }
+        }
+        creations += 1
+        peakCreations = max(peakCreations, creations)
+        defer {
+            creations -= 1
+            if !creationWaiters.isEmpty { creationWaiters.removeFirst().resume() }
+        }
+        try await create()
     }
 
     /// A new database cloned from template `templateName`, built once with `setup`.

@@ -148,6 +148,19 @@ import Glibc
         }
     }
 
+    /// Many tests asking for a database at once create them a few at a time, and each gets one.
+    @Test func databasesAskedForAtOnceAreCreatedAFewAtATime() async throws {
+        let names = try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<(3 * TestPostgres.creationLimit) {
+                group.addTask { try await TestPostgres.shared.makeDatabase().name }
+            }
+            return try await group.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        #expect(names.count == 3 * TestPostgres.creationLimit)
+        let peak = await TestPostgres.shared.peakCreations
+        #expect(peak >= 1 && peak <= TestPostgres.creationLimit, "\(peak) at once")
+    }
+
     @Test func testDatabasesAreFreshAndClonedFromTemplates() async throws {
         let first = try await TestPostgres.shared.makeDatabase(template: "embedded_tests_template") { connection in
             try await connection.execute("CREATE TABLE seeded (v int)")
