@@ -32,12 +32,14 @@
 --   * the lock compares the child with IS NOT DISTINCT FROM, which no index
 --     serves (child_id is NOT NULL, so it matches the same row as =): only
 --     events_pkey, whose first column is id, can find the row;
---   * events_bookkeeping runs with enable_seqscan = off (its SET clause; for
---     the function's own queries and sync_next_seq's, nowhere else). Each of
---     them is a lookup by a key (the row, the child, the counter, the zone),
---     and an index is what a lookup by key should use at any size. The
---     sequential scan stays possible where no index fits; it is only costed
---     as a last resort.
+--   * events_bookkeeping runs with enable_seqscan = off (its SET clause: the
+--     setting holds while the function runs, and nowhere else). It decides
+--     the plans made there: the function's own, and sync_next_seq's when a
+--     session first plans them for an event (PL/pgSQL plans each query of a
+--     function once per session, whoever calls it). Each is a lookup by a key
+--     (the row, the child, the counter, the zone), and an index is what a
+--     lookup by key should use at any size. A sequential scan stays possible
+--     where no index fits; it is only costed as a last resort.
 -- Tests/SchemaTests/TriggerPlanTests.swift counts the scans a bulk insert makes
 -- on a new and on a small analyzed table (no index but the key's, no
 -- sequential scan), and checks that an insert still waits for a concurrent
