@@ -107,6 +107,14 @@ struct ServiceFixture {
 }
 
 /// An ISO 8601 timestamp `minutes` from now (negative: ago).
+/// A zone where it is now between 03:00 and 21:00, for a child whose "today" must hold events
+/// of the last two hours (UTC, or Asia/Tokyo while it is 21:00-03:00 in UTC).
+func zoneFarFromMidnight() throws -> String {
+    try #require(["UTC", "Asia/Tokyo"].first { name in
+        TimeZone(identifier: name).map { (3..<21).contains(Calendar.current.dateComponents(in: $0, from: Date()).hour ?? 0) } ?? false
+    })
+}
+
 func iso(minutesFromNow minutes: Double) -> String {
     ExportCoding.format(Date().addingTimeInterval(minutes * 60))
 }
