@@ -106,7 +106,6 @@ struct ServiceFixture {
     }
 }
 
-/// An ISO 8601 timestamp `minutes` from now (negative: ago).
 /// A zone where it is now between 03:00 and 21:00, for a child whose "today" must hold events
 /// of the last two hours (UTC, or Asia/Tokyo while it is 21:00-03:00 in UTC).
 func zoneFarFromMidnight() throws -> String {
@@ -115,6 +114,7 @@ func zoneFarFromMidnight() throws -> String {
     })
 }
 
+/// An ISO 8601 timestamp `minutes` from now (negative: ago).
 func iso(minutesFromNow minutes: Double) -> String {
     ExportCoding.format(Date().addingTimeInterval(minutes * 60))
 }
