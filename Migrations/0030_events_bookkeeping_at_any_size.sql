@@ -61,7 +61,8 @@
 -- a DBA's multi-row INSERT or a COPY with a mistyped child id. An INSERT now
 -- raises the foreign key's own error there (same SQLSTATE, constraint, message
 -- and detail). An UPDATE keeps stamp 0 (its child deleted earlier in the same
--- transaction, the case 0022 kept it for). Tested by
+-- transaction, the case 0022 kept it for), and so does a row without a child,
+-- for child_id's NOT NULL to refuse it (23502). Tested by
 -- EventConstraintTests.eventsOfAnUnknownChildAreAForeignKeyError.
 --
 -- Lock: CREATE OR REPLACE FUNCTION only; no lock on events.
@@ -142,7 +143,7 @@ BEGIN
     -- refuses it (0030); an update keeps stamp 0.
     NEW.change_seq := sync_next_seq(NEW.child_id);
     IF NEW.change_seq IS NULL THEN
-        IF TG_OP = 'INSERT' THEN
+        IF TG_OP = 'INSERT' AND NEW.child_id IS NOT NULL THEN  -- NULL: the NOT NULL says so
             RAISE EXCEPTION 'insert or update on table "events" violates foreign key constraint "events_child_id_fkey"'
                 USING ERRCODE    = 'foreign_key_violation',   -- 23503
                       CONSTRAINT = 'events_child_id_fkey',

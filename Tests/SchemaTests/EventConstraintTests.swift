@@ -27,7 +27,8 @@ import Testing
 
     /// Events of a child that does not exist are the foreign key's error however many rows the
     /// statement writes (a second row used to meet the stamp's unique key first: 23505 on
-    /// events_child_change_seq_key, 0030); the same statements for a real child are accepted.
+    /// events_child_change_seq_key, 0030); a NULL child is the column's NOT NULL; the same
+    /// statements for a real child are accepted.
     @Test func eventsOfAnUnknownChildAreAForeignKeyError() async throws {
         let (connection, _) = try await migratedDatabase()
         let family = try await connection.makeFamily(timezone: "UTC")
@@ -55,6 +56,13 @@ import Testing
             Issue.record("two events of an unknown child were accepted")
         } catch let error as PostgresError {
             #expect(error.detail == "Key (child_id)=(\(unknown.uuidString.lowercased())) is not present in table \"children\".", "\(error)")
+        }
+        // No child at all is still the column's NOT NULL.
+        await expectRefusal("23502", constraint: nil) {
+            try await connection.execute("""
+                INSERT INTO events (child_id, logged_by, event_type, start_time, start_tz, start_offset_seconds, data)
+                VALUES (NULL, \(family.userID), 'diaper', timestamptz '2026-11-20 10:00+00', 'UTC', 0, '{"contents":"wet"}')
+                """)
         }
         #expect(try await connection.fetchValue(Int.self, "SELECT count(*)::int FROM events") == 0)
         try await connection.execute(insert(family.childID, rows: 3))
