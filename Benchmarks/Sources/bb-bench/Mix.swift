@@ -93,6 +93,22 @@ extension Runner {
         let script = try await pgbenchMixScript(admin, mixFamilies)
         await admin.close()
 
+        if let cell = ProcessInfo.processInfo.environment["BB_BENCH_MIX_CELL"] {
+            // `BB_BENCH_MIX_CELL=P,C,ours|nio|pgbench,seconds` (e.g. `8,64,ours,20`): only that
+            // client's cell, for profiling a change (`perf record -p`) or comparing two builds.
+            let parts = cell.split(separator: ",").map(String.init)
+            guard parts.count == 4, let connections = Int(parts[0]), let callers = Int(parts[1]), let seconds = Double(parts[3]),
+                  ["ours", "nio", "pgbench"].contains(parts[2]) else {
+                throw BenchError("BB_BENCH_MIX_CELL is \"\(cell)\": give P,C,ours|nio|pgbench,seconds such as 8,64,ours,20")
+            }
+            let result = switch parts[2] {
+            case "ours": try await mixOurs(appURL: appURL, families: mixFamilies, callers: callers, connections: connections, duration: seconds)
+            case "nio": try await mixNIO(cluster: cluster, options: options, families: mixFamilies, callers: callers, connections: connections, duration: seconds)
+            default: try await mixPgbench(cluster: cluster, options: options, script: script, callers: callers, connections: connections, duration: seconds)
+            }
+            print("mix cell \(cell): \(Int(result.throughput)) loops/s, " + String(format: "%.0f µs CPU per loop, p50 %.1f ms", result.cpuPerLoop * 1e6, result.p50 * 1e3))
+            return
+        }
         let duration = quick ? 2.0 : 5.0
         for connections in [8, 32] {
             for callers in [16, 64, 256] {
