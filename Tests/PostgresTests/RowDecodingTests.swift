@@ -70,6 +70,43 @@ import Testing
         }
     }
 
+    /// Where each property is, is remembered per row type between results (PropertyColumns);
+    /// results of one type in other layouts (other order, a column missing, the property's
+    /// exact name, a wide result) each decode right, in turn and from many tasks at once.
+    @Test func oneTypeFromResultsOfDifferentLayouts() async throws {
+        struct Visit: Decodable, Sendable, Equatable { var childID: Int; var note: String?; var loggedAt: Int }
+        do { let (connection, _) = try await freshConnection()
+            let padding = (0..<30).map { "\($0) AS pad\($0)" }.joined(separator: ", ")
+            let layouts: [(SQL, [Visit])] = [
+                ("SELECT n AS child_id, 'a' || n AS note, 10 * n AS logged_at FROM generate_series(1, 3) AS n",
+                 (1...3).map { Visit(childID: $0, note: "a\($0)", loggedAt: 10 * $0) }),
+                ("SELECT 20 AS logged_at, 2 AS child_id", [Visit(childID: 2, note: nil, loggedAt: 20)]),
+                ("SELECT 3 AS \"childID\", 'c' AS note, 30 AS logged_at, 'x' AS child_id", [Visit(childID: 3, note: "c", loggedAt: 30)]),
+                (SQL(unsafeRawSQL: "SELECT \(padding), 40 AS logged_at, NULL::text AS note, 4 AS child_id"), [Visit(childID: 4, note: nil, loggedAt: 40)]),
+            ]
+            var results: [(PostgresRows, [Visit])] = []
+            for (sql, expected) in layouts { results.append((try await connection.query(sql), expected)) }
+            for _ in 0..<2 {
+                for (rows, expected) in results { #expect(try rows.decode(as: Visit.self) == expected) }
+            }
+            let all = results
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for task in 0..<16 {
+                    group.addTask {
+                        for round in 0..<50 {
+                            let (rows, expected) = all[(task + round) % all.count]
+                            let decoded = try rows.decode(as: Visit.self)
+                            #expect(decoded == expected)
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            struct Strict: Decodable { var childID: Int; var missing: Int }
+            #expect(throws: PostgresDecodingError.self) { try results[0].0.decode(as: Strict.self) }
+        }
+    }
+
     @Test func nullIntoNonOptionalThrowsNamingColumnAndTypes() async throws {
         do { let (connection, _) = try await freshConnection()
             let row = try #require(try await connection.query("SELECT NULL::int8 AS missing").first)

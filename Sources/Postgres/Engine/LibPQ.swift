@@ -463,6 +463,31 @@ final class ResultStorage: @unchecked Sendable {
         return nameIndex?[name]
     }
 
+    /// The property map of the row type whose coding keys are `keys`, for this result's
+    /// columns: the one this result used last, else the type's latest if it fits these
+    /// columns, else a new one.
+    func propertyColumns(for keys: ObjectIdentifier) -> PropertyColumns {
+        keyLock.withLock {
+            if let (type, map) = lastPropertyColumns, type == keys { return map }
+            let map = PropertyColumns.known(for: keys).flatMap { $0.fits(columns) ? $0 : nil }
+                ?? PropertyColumns(columnNames: columns.map(\.name))
+            lastPropertyColumns = (keys, map)
+            return map
+        }
+    }
+
+    /// The column of `key`, worked out the slow way (`index(forCodingKey:)`), and published in
+    /// the type's property map for later rows and results.
+    func resolve(codingKey key: String, for keys: ObjectIdentifier) -> Int? {
+        let index = index(forCodingKey: key)
+        let map = propertyColumns(for: keys).adding(key, at: index ?? -1)
+        keyLock.withLock { lastPropertyColumns = (keys, map) }
+        PropertyColumns.remember(map, for: keys)
+        return index
+    }
+
+    private var lastPropertyColumns: (ObjectIdentifier, PropertyColumns)?
+
     /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
     /// per result and key rather than once per row; one lock per lookup.
     func index(forCodingKey key: String) -> Int? {

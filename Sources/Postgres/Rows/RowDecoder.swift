@@ -8,7 +8,7 @@ struct RowDecoder: Decoder {
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        KeyedDecodingContainer(RowKeyedContainer<Key>(row: row))
+        KeyedDecodingContainer(RowKeyedContainer<Key>(row: row, map: row.storage.propertyColumns(for: ObjectIdentifier(Key.self))))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
@@ -55,12 +55,16 @@ struct RowDecoder: Decoder {
 
 private struct RowKeyedContainer<Key: CodingKey>: KeyedDecodingContainerProtocol {
     let row: PostgresRow
+    /// Where `Key`'s properties are in this result (see `PropertyColumns`).
+    let map: PropertyColumns
     var codingPath: [any CodingKey] { [] }
 
     var allKeys: [Key] { row.columns.compactMap { Key(stringValue: $0.name) } }
 
     func column(for key: Key) -> Int? {
-        row.storage.index(forCodingKey: key.stringValue)
+        let name = key.stringValue
+        if let column = map.columns[name] { return column >= 0 ? column : nil }
+        return row.storage.resolve(codingKey: name, for: ObjectIdentifier(Key.self))
     }
 
     func contains(_ key: Key) -> Bool { column(for: key) != nil }
