@@ -48,6 +48,29 @@ import Testing
         #expect(try Self.render(composed).text == "SELECT * FROM events WHERE id = $1 AND deleted_at IS NULL")
     }
 
+    /// One remembered entry per shape holds both its text and the pool's session check; shapes
+    /// that differ only in where a value sits, or in one literal, keep their own answers.
+    @Test func eachShapeKeepsItsOwnTextAndSessionAnswer() throws {
+        let statements: [SQL] = [
+            Self.lookup(1, "a"),
+            Self.lookup(2, nil),
+            "SET statement_timeout = \(1)",
+            "SELECT \(1) AS a",
+            "SELECT pg_advisory_lock(\(1))",
+        ]
+        let shapes = statements.compactMap(\.textShape)
+        #expect(shapes.count == statements.count)
+        #expect(Set(shapes).count == 4, "the first two are one shape (the same literals, built at one place), the rest each their own")
+        for _ in 0..<2 { // the second round comes from what the first remembered
+            for sql in statements {
+                #expect(try Self.render(sql).text == sql.description)
+                #expect(SessionSettings.needsOwnSession(sql) == SessionSettings.needsOwnSession(sql.description), "\(sql.description)")
+            }
+        }
+        #expect(SessionSettings.needsOwnSession(statements[2]) && SessionSettings.needsOwnSession(statements[4]))
+        #expect(!SessionSettings.needsOwnSession(statements[0]) && !SessionSettings.needsOwnSession(statements[3]))
+    }
+
     /// A one-character statement is a literal without an address: rendered and checked in full.
     @Test func aOneCharacterLiteralIsRenderedInFull() throws {
         let star: SQL = "*"

@@ -140,6 +140,16 @@ extension SessionSettings {
     /// its text pieces and quoted names are scanned in place, without building its text. Only
     /// a `set_config(` call, whose arguments may be parameters, needs the statement's text.
     static func needsOwnSession(_ sql: SQL) -> Bool {
+        // The answer depends only on the text, so a statement built from literals and values
+        // is scanned once per shape (the pool asks before every statement).
+        guard let shape = sql.textShape else { return scanForOwnSession(sql) }
+        if let known = SQL.facts(of: shape)?.ownSession { return known }
+        let found = scanForOwnSession(sql)
+        SQL.remember(shape) { $0.ownSession = found }
+        return found
+    }
+
+    private static func scanForOwnSession(_ sql: SQL) -> Bool {
         guard let first = sql.segments.first else { return false }
         switch first {
         case .literal(let text): if text.withUTF8Buffer(startsWithSessionKeyword) { return true }

@@ -242,7 +242,7 @@ extension SQL {
         rendered.buffer.reserveCapacity(64)
         let shape = textShape
         var textHash: Int?
-        if let shape, let known = Self.renderedTexts.withLock({ $0[shape] }) {
+        if let shape, let known = Self.facts(of: shape)?.text {
             rendered.text = known.text
             textHash = known.hash
         } else {
@@ -261,11 +261,11 @@ extension SQL {
             if let shape {
                 let hash = rendered.text.hashValue
                 textHash = hash
-                Self.renderedTexts.withLock { if $0.count < Self.rememberedShapes { $0[shape] = (rendered.text, hash) } }
+                Self.remember(shape) { $0.text = (rendered.text, hash) }
             }
         }
-        for segment in segments {
-            switch segment {
+        for index in segments.indices {
+            switch segments[index] {
             case .null(let type):
                 rendered.types.append(type.rawValue)
                 rendered.offsets.append(rendered.buffer.count)
@@ -302,24 +302,58 @@ extension SQL {
     var textShape: TextShape? {
         var parts: [UInt] = []
         parts.reserveCapacity(segments.count)
-        for segment in segments {
-            switch segment {
+        var hash: UInt = 0xcbf2_9ce4_8422_2325
+        for index in segments.indices {
+            let part: UInt
+            switch segments[index] {
             case .literal(let sql):
                 guard sql.hasPointerRepresentation else { return nil }
-                parts.append(UInt(bitPattern: sql.utf8Start))
-            case .value, .null: parts.append(0)
+                part = UInt(bitPattern: sql.utf8Start)
+            case .value, .null: part = 0
             case .text, .identifier: return nil
             }
+            parts.append(part)
+            hash = (hash ^ part) &* 0x0000_0100_0000_01b3
         }
-        return TextShape(parts: parts)
+        return TextShape(parts: parts, hash: hash)
     }
 
+    /// A statement's literals and parameter positions. Its hash is worked out while the parts
+    /// are collected (one multiply per part), so finding a shape among the remembered ones
+    /// hashes one word rather than every part again.
     struct TextShape: Hashable, Sendable {
         let parts: [UInt]
+        let hash: UInt
+
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+        static func == (a: TextShape, b: TextShape) -> Bool { a.hash == b.hash && a.parts == b.parts }
+    }
+
+    /// What is known of one shape, each part filled the first time it is needed: its text with
+    /// the text's hash (`render`), and whether it may change the session
+    /// (`SessionSettings.needsOwnSession(_: SQL)`, asked by the pool before every statement).
+    struct ShapeFacts: Sendable {
+        var text: (text: String, hash: Int)?
+        var ownSession: Bool?
+    }
+
+    static func facts(of shape: TextShape) -> ShapeFacts? { shapes.withLock { $0[shape] } }
+
+    /// Records a fact about `shape` (at most `rememberedShapes` shapes are kept).
+    static func remember(_ shape: TextShape, _ update: (inout ShapeFacts) -> Void) {
+        shapes.withLock { shapes in
+            if let index = shapes.index(forKey: shape) {
+                update(&shapes.values[index])
+            } else if shapes.count < rememberedShapes {
+                var facts = ShapeFacts()
+                update(&facts)
+                shapes[shape] = facts
+            }
+        }
     }
 
     /// A program has finitely many statement shapes; the bound only guards against one that
     /// builds statements from an unbounded number of literal combinations.
     static let rememberedShapes = 4096
-    private static let renderedTexts = Mutex<[TextShape: (text: String, hash: Int)]>([:])
+    private static let shapes = Mutex<[TextShape: ShapeFacts]>([:])
 }
