@@ -103,7 +103,7 @@ public struct EventRepository: Sendable {
                                  end_time, end_tz, end_offset_seconds, data, notes)
         SELECT \(draft.id), me.child_id, \(actingUser), \(actingUser), \(draft.payload.type),
                \(draft.start.utc), \(draft.start.timeZone), \(draft.start.offsetSeconds),
-               \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(json: EventData(draft.payload)), \(draft.notes)
+               \(draft.end?.utc), \(draft.end?.timeZone), \(draft.end?.offsetSeconds), \(EventData(draft.payload)), \(draft.notes)
         FROM caregivers me
         WHERE me.child_id = \(draft.childID) AND me.user_id = \(actingUser)
         ON CONFLICT (child_id, id) DO NOTHING
@@ -127,7 +127,7 @@ public struct EventRepository: Sendable {
                 AND e.start_time = \(draft.start.utc) AND e.start_tz = \(draft.start.timeZone) AND e.start_offset_seconds = \(draft.start.offsetSeconds)
                 AND e.end_time IS NOT DISTINCT FROM \(draft.end?.utc) AND e.end_tz IS NOT DISTINCT FROM \(draft.end?.timeZone)
                 AND e.end_offset_seconds IS NOT DISTINCT FROM \(draft.end?.offsetSeconds)
-                AND e.data = \(json: EventData(draft.payload)) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
+                AND e.data = \(EventData(draft.payload)) AND e.notes IS NOT DISTINCT FROM \(draft.notes)) AS same,
                false AS created
         FROM (SELECT 1) AS one
         LEFT JOIN events e ON e.id = \(draft.id) AND e.child_id = \(draft.childID) AND EXISTS (SELECT FROM me)
@@ -388,7 +388,7 @@ public struct EventRepository: Sendable {
         let notes = changes.notes ?? current.notes
         try Validate.event(payload: payload, start: start, end: end, notes: notes)
         let applied = try await changeVisibleEvent(eventID, as: actingUser, set: """
-            data = \(json: EventData(payload)), notes = \(notes),
+            data = \(EventData(payload)), notes = \(notes),
             start_time = \(start.utc), start_tz = \(start.timeZone), start_offset_seconds = \(start.offsetSeconds),
             end_time = \(end?.utc), end_tz = \(end?.timeZone), end_offset_seconds = \(end?.offsetSeconds)
             """, when: "e.revision = \(expectedRevision) AND e.deleted_at IS NULL AND e.event_type = \(payload.type)")
