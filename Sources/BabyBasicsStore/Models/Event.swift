@@ -60,7 +60,7 @@ public enum EventType: String, Codable, Sendable, CaseIterable, PostgresCodable 
 /// ```swift
 /// let next = lastSide.opposite   // .right after .left
 /// ```
-public enum BreastSide: String, Codable, Sendable {
+public enum BreastSide: String, Codable, Sendable, PostgresCodable {
     case left, right
     public var opposite: BreastSide { self == .left ? .right : .left }
 }
@@ -70,7 +70,7 @@ public enum BreastSide: String, Codable, Sendable {
 /// ```swift
 /// let payload: EventPayload = .diaper(.both)
 /// ```
-public enum DiaperContents: String, Codable, Sendable {
+public enum DiaperContents: String, Codable, Sendable, PostgresCodable {
     /// Pee.
     case wet
     /// Poop.
@@ -190,10 +190,7 @@ public struct Event: Sendable, Equatable, Identifiable {
                 throw PostgresDecodingError(column: names[0], columnIndex: -1, postgresType: .unspecified, swiftType: "Event",
                                             reason: "the result has no such column; it has: \(columns.map(\.name).joined(separator: ", "))")
             }
-            for (offset, name) in names.enumerated() where first + offset >= columns.count || columns[first + offset].name != name {
-                throw PostgresDecodingError(column: name, columnIndex: first + offset, postgresType: .unspecified, swiftType: "Event",
-                                            reason: "expected Event.columns in order from column \(first); the result has: \(columns.map(\.name).joined(separator: ", "))")
-            }
+            try ColumnLayout.check(columns, from: first, are: names, swiftType: "Event", what: "Event.columns")
             return first
         }
 
