@@ -318,9 +318,9 @@ public struct Dashboard: Sendable, Equatable {
         """
     }
 
-    /// The statement's one row, read by position. Its columns were once matched to properties
-    /// by name (`Decodable`): for this one row of 29 that was 8% of a backend's client CPU in
-    /// the benchmarks' mix, against under 1% by position.
+    /// The statement's one row, read by position as `Event.Row` reads a sync page. Matching its
+    /// 29 columns to properties by name (`Decodable`) was 8% of a backend's client CPU in the
+    /// benchmarks' mix (P=8, C=64), for one row per call.
     struct Row {
         /// `statement`'s columns, in order (checked by name once per call).
         static let columnNames = [
