@@ -442,7 +442,6 @@ final class ResultStorage: @unchecked Sendable {
     deinit { if let result { PQclear(result) } }
 
     private let keyLock = NSLock()
-    private var keyCache: [String: Int] = [:]
     private var nameIndex: [String: Int]?
 
     /// The first column named `name`. A short result is scanned; a wide one gets an index,
@@ -488,15 +487,10 @@ final class ResultStorage: @unchecked Sendable {
 
     private var lastPropertyColumns: (ObjectIdentifier, PropertyColumns)?
 
-    /// The column a `Decodable` property maps to (exact name, else snake_case), computed once
-    /// per result and key rather than once per row; one lock per lookup.
-    func index(forCodingKey key: String) -> Int? {
-        keyLock.withLock {
-            if let cached = keyCache[key] { return cached >= 0 ? cached : nil }
-            let index = indexLocked(key) ?? indexLocked(RowDecoder.snakeCase(key))
-            keyCache[key] = index ?? -1
-            return index
-        }
+    /// The column a `Decodable` property maps to: the exact name, else its snake_case. Asked
+    /// once per row type, key and layout (the answer is then kept in `PropertyColumns`).
+    private func index(forCodingKey key: String) -> Int? {
+        keyLock.withLock { indexLocked(key) ?? indexLocked(RowDecoder.snakeCase(key)) }
     }
 
     @usableFromInline
