@@ -443,17 +443,30 @@ final class ResultStorage: @unchecked Sendable {
 
     private let keyLock = NSLock()
     private var nameIndex: [String: Int]?
+    /// Names looked up by scanning, while the result has no index.
+    private var scannedLookups = 0
+    /// How many names of a wide result are found by scanning before it gets an index: one
+    /// scan of a few dozen names costs about what hashing them all costs once, and most
+    /// results read by name read a few columns only (a timeline's two bounds of the day).
+    static let scansBeforeIndex = 16
 
-    /// The first column named `name`. A short result is scanned; a wide one gets an index,
-    /// built on the first lookup (most results are read by position and never need one).
+    /// The first column named `name`. A short result is scanned; a wide one is scanned for its
+    /// first few names, then gets an index (most results are read by position and need none).
     func columnIndex(named name: String) -> Int? {
         guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
         return keyLock.withLock { indexLocked(name) }
     }
 
+    /// Whether names are looked up in an index (for tests).
+    var hasNameIndex: Bool { keyLock.withLock { nameIndex != nil } }
+
     /// `columnIndex(named:)` with `keyLock` held.
     private func indexLocked(_ name: String) -> Int? {
         guard columns.count > 16 else { return columns.firstIndex { $0.name == name } }
+        if nameIndex == nil && scannedLookups < Self.scansBeforeIndex {
+            scannedLookups += 1
+            return columns.firstIndex { $0.name == name }
+        }
         if nameIndex == nil {
             var index: [String: Int] = [:]
             for (position, column) in columns.enumerated() where index[column.name] == nil { index[column.name] = position }
