@@ -71,6 +71,26 @@ import Testing
         #expect(!SessionSettings.needsOwnSession(statements[0]) && !SessionSettings.needsOwnSession(statements[3]))
     }
 
+    /// The pool looks a statement's shape up once, for its session check and the render: a
+    /// lookup made before anything was remembered of the shape renders it in full, one made
+    /// after renders from what was remembered, and both give the statement's own text.
+    @Test func aShapeLookedUpOnceServesTheCheckAndTheRender() throws {
+        // A shape no other test has: its first lookup knows nothing yet.
+        let sql: SQL = "SELECT \(7) AS looked_up_once, \("x") AS b"
+        let before = try #require(sql.shapeLookup)
+        #expect(before.facts == nil)
+        #expect(!SessionSettings.needsOwnSession(sql, looked: .some(before)))
+        #expect(try sql.render(quoteIdentifier: { $0 }, looked: before).text == "SELECT $1 AS looked_up_once, $2 AS b")
+        let after = try #require(sql.shapeLookup)
+        #expect(after.facts?.text?.text == "SELECT $1 AS looked_up_once, $2 AS b" && after.facts?.ownSession == false)
+        let rendered = try sql.render(quoteIdentifier: { $0 }, looked: after)
+        #expect(rendered.text == "SELECT $1 AS looked_up_once, $2 AS b" && rendered.types.count == 2)
+        // A statement without a shape (runtime text) is scanned whole, either way.
+        let runtime = SQL(unsafeRawSQL: "SET search_path = public")
+        #expect(runtime.shapeLookup == nil)
+        #expect(SessionSettings.needsOwnSession(runtime, looked: .some(nil)))
+    }
+
     /// A one-character statement is a literal without an address: rendered and checked in full.
     @Test func aOneCharacterLiteralIsRenderedInFull() throws {
         let star: SQL = "*"

@@ -10,8 +10,13 @@ extension PostgresConnection {
     /// let slow = try await connection.query("SELECT pg_sleep(3)", timeout: .seconds(1))   // throws .timeout
     /// ```
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
+        try await query(sql, timeout: timeout, looked: nil)
+    }
+
+    /// `query`, with the statement's shape as the pool looked it up (see `SQL.render`).
+    func query(_ sql: SQL, timeout: Duration?, looked: SQL.ShapeLookup?) async throws -> PostgresRows {
         try await checkOwnership()
-        let rendered = try sql.render(quoteIdentifier: core.escapeIdentifier)
+        let rendered = try sql.render(quoteIdentifier: core.escapeIdentifier, looked: looked)
         return try await observer.observe(ObservedStatement(text: rendered.text, parameterCount: rendered.types.count), server: server) {
             try await run(rendered, timeout: timeout)
         }

@@ -139,13 +139,16 @@ extension SessionSettings {
     /// The same for a statement not rendered yet (the pool asks before it has a connection):
     /// its text pieces and quoted names are scanned in place, without building its text. Only
     /// a `set_config(` call, whose arguments may be parameters, needs the statement's text.
-    static func needsOwnSession(_ sql: SQL) -> Bool {
+    ///
+    /// `looked`: its shape as the caller looked it up (`SQL.shapeLookup`; `.some(nil)`: it has
+    /// none); by default it is looked up here.
+    static func needsOwnSession(_ sql: SQL, looked: SQL.ShapeLookup?? = nil) -> Bool {
         // The answer depends only on the text, so a statement built from literals and values
         // is scanned once per shape (the pool asks before every statement).
-        guard let shape = sql.textShape else { return scanForOwnSession(sql) }
-        if let known = SQL.facts(of: shape)?.ownSession { return known }
+        guard let lookup = looked ?? sql.shapeLookup else { return scanForOwnSession(sql) }
+        if let known = lookup.facts?.ownSession { return known }
         let found = scanForOwnSession(sql)
-        SQL.remember(shape) { $0.ownSession = found }
+        SQL.remember(lookup.shape) { $0.ownSession = found }
         return found
     }
 

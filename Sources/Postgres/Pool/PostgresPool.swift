@@ -228,13 +228,15 @@ public final class PostgresPool: Sendable {
     /// session before it ran, or it was never sent) runs again on another connection: nothing
     /// of it was applied (see ``RetryPolicy``, layer 1). Any other error comes back as it is.
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
-        let shared = !SessionSettings.needsOwnSession(sql)
+        // The statement's shape is looked up once, for the session check and the render.
+        let looked = sql.shapeLookup
+        let shared = !SessionSettings.needsOwnSession(sql, looked: .some(looked))
         var attempt = 1
         while true {
             let connection = try await acquire(shared: shared)
             do {
                 connection.loop.offerCallingThread()
-                let rows = try await connection.query(sql, timeout: timeout)
+                let rows = try await connection.query(sql, timeout: timeout, looked: looked)
                 await release(connection, shared: shared)
                 return rows
             } catch let error as PostgresError where attempt <= options.maximumConnections

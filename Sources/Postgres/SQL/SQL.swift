@@ -237,12 +237,16 @@ extension SQL {
     /// The text of a statement made of source literals and values only depends on which
     /// literals and where the values are: it is built once per such shape and remembered (at
     /// most `rememberedShapes`), with its hash; later renders only encode the values.
-    func render(quoteIdentifier: (String) throws -> String) throws -> RenderedSQL {
+    ///
+    /// `looked`: the statement's shape as the caller already looked it up (the pool does,
+    /// for its session check), so that it is not worked out and looked up twice.
+    func render(quoteIdentifier: (String) throws -> String, looked: ShapeLookup? = nil) throws -> RenderedSQL {
         var rendered = RenderedSQL(text: "", types: [], buffer: [], offsets: [], lengths: [])
         rendered.buffer.reserveCapacity(64)
-        let shape = textShape
+        let lookup = looked ?? shapeLookup
+        let shape = lookup?.shape
         var textHash: Int?
-        if let shape, let known = Self.facts(of: shape)?.text {
+        if let known = lookup?.facts?.text {
             rendered.text = known.text
             textHash = known.hash
         } else {
@@ -338,6 +342,17 @@ extension SQL {
     }
 
     static func facts(of shape: TextShape) -> ShapeFacts? { shapes.withLock { $0[shape] } }
+
+    /// A statement's shape and what was known of it when it was looked up.
+    struct ShapeLookup: Sendable {
+        let shape: TextShape
+        let facts: ShapeFacts?
+    }
+
+    /// This statement's shape, looked up among the remembered ones; nil when it has none.
+    var shapeLookup: ShapeLookup? {
+        textShape.map { ShapeLookup(shape: $0, facts: Self.facts(of: $0)) }
+    }
 
     /// Records a fact about `shape` (at most `rememberedShapes` shapes are kept).
     static func remember(_ shape: TextShape, _ update: (inout ShapeFacts) -> Void) {
