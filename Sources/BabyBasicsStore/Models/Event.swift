@@ -311,8 +311,9 @@ public struct EventDraft: Sendable, Equatable {
     public var end: EventTimestamp?
     public var notes: String?
 
-    public init(id: UUID = UUID(), childID: UUID, payload: EventPayload, start: EventTimestamp, end: EventTimestamp? = nil, notes: String? = nil) {
-        self.id = id
+    /// `id`: the client's; a new random one when none is given.
+    public init(id: UUID? = nil, childID: UUID, payload: EventPayload, start: EventTimestamp, end: EventTimestamp? = nil, notes: String? = nil) {
+        self.id = id ?? .version4()
         self.childID = childID
         self.payload = payload
         self.start = start

@@ -17,7 +17,7 @@ public struct ChildRepository: Sendable {
         let name = try Validate.childName(draft.name)
         try Validate.settings(draft.settings)
         try Validate.birthDate(draft.birthDate, timezone: draft.settings.timezone)
-        let id = UUID()
+        let id = UUID.version4()
         let settings = draft.settings
         let created = try await routing.writing(as: actingUser) {
             try await pool.transaction { connection in

@@ -231,7 +231,7 @@ public struct EventRepository: Sendable {
 
     /// Starts a sleep. If one is already running, `sleepAlreadyActive(existing:)`: the partial
     /// unique index decides, so of many simultaneous taps exactly one wins.
-    public func startSleep(for childID: UUID, id: UUID = UUID(), at start: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
+    public func startSleep(for childID: UUID, id: UUID? = nil, at start: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
         try await log(EventDraft(id: id, childID: childID, payload: .sleep, start: start, notes: notes), as: actingUser)
     }
 
@@ -267,7 +267,7 @@ public struct EventRepository: Sendable {
     // MARK: Bottles
 
     /// Logs a prepared bottle; its start time is when it was made (the expiry reference).
-    public func prepareBottle(for childID: UUID, id: UUID = UUID(), preparedMl: Double, at prepared: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
+    public func prepareBottle(for childID: UUID, id: UUID? = nil, preparedMl: Double, at prepared: EventTimestamp, notes: String? = nil, as actingUser: UUID) async throws -> Event {
         try await log(EventDraft(id: id, childID: childID, payload: .feeding(.bottle(amountMl: nil, preparedMl: preparedMl, remainingMl: nil, feedingStartedAt: nil)), start: prepared, notes: notes), as: actingUser)
     }
 
