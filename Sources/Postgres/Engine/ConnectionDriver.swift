@@ -203,11 +203,12 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         switch outcome {
         case .success:
             if case .stream(_, let state) = request.kind, !state.finished { state.end(nil) }
-            if answerCaller { request.finish(.success(request.results)) }
+            // Answered once the loop's batch is done (see EventLoop.answerAfterBatch).
+            if answerCaller { loop.answerAfterBatch { request.finish(.success(request.results)) } }
         case .failure(let error):
             let error = described(error, for: request)
             if case .stream(_, let state) = request.kind, !state.finished { state.end(error) }
-            if answerCaller { request.finish(.failure(error)) }
+            if answerCaller { loop.answerAfterBatch { request.finish(.failure(error)) } }
         }
         if !completionWaiters.isEmpty { completionWaiters.removeValue(forKey: id)?.forEach { $0.resume() } }
     }

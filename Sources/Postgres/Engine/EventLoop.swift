@@ -61,6 +61,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Jobs that asked to run again on this loop from their own run (an `await` that needed a
     /// switch of executor the loop can make at once), and were run again at once.
     let jobsRunAgain = Atomic<Int>(0)
+    /// Callers answered at the end of a batch (`answerAfterBatch`; for tests).
+    let answersAfterBatch = Atomic<Int>(0)
     /// This loop as a task executor: tasks that prefer it run their code on the loop.
     let taskExecutor = LoopTaskExecutor()
 
@@ -70,6 +72,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private var timers = TimerHeap()
     private var running: [Work] = []
     private var afterBatch: [() -> Void] = []
+    /// Callers' answers, given at the end of the batch (`answerAfterBatch`).
+    private var answers: [() -> Void] = []
     /// The job being run, and what it enqueued on this loop during its own run (see `run(_:)`).
     private var runningJob: UnsafeRawPointer?
     private var runAgain: Work?
@@ -332,12 +336,39 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         afterBatch.append(body)
     }
 
+    /// Runs what waits for the end of the batch: first its writes (`afterThisBatch`), then the
+    /// callers' answers (`answerAfterBatch`), and again while either queued more.
     private func runAfterBatch() {
-        while !afterBatch.isEmpty {
-            let batch = afterBatch
-            afterBatch.removeAll(keepingCapacity: true)
+        while !afterBatch.isEmpty || !answers.isEmpty {
+            while !afterBatch.isEmpty {
+                let batch = afterBatch
+                afterBatch.removeAll(keepingCapacity: true)
+                for body in batch { body() }
+            }
+            let batch = answers
+            answers.removeAll(keepingCapacity: true)
+            answersAfterBatch.add(batch.count, ordering: .relaxed)
             for body in batch { body() }
         }
+    }
+
+    /// Calls `body`, which answers a caller (resumes its continuation), once the current batch
+    /// of work, I/O and timers is done: after the batch's writes, and after each connection
+    /// the batch touched published its state for other threads (`ConnectionMirror`).
+    ///
+    /// - A caller answered then finds its connection as it is: a pool that takes the connection
+    ///   back sees it idle, not still busy with the request just answered (which would send it
+    ///   to a needless reset).
+    /// - The answers of one batch reach the cooperative pool together, rather than one at a
+    ///   time between reads, so its threads are woken less often: measured at C = P = 16
+    ///   (`SELECT $1`), 1.5 → 1.0 context switches and 48 → 39 µs of CPU per statement.
+    ///
+    /// ```swift
+    /// loop.answerAfterBatch { request.finish(.success(request.results)) }
+    /// ```
+    func answerAfterBatch(_ body: @escaping () -> Void) {
+        assert(inLoop, "an answer was queued off its loop's thread")
+        answers.append(body)
     }
 
     private func runWork() {
