@@ -79,7 +79,7 @@ import Testing
         let sql: SQL = "SELECT \(7) AS looked_up_once, \("x") AS b"
         let before = try #require(sql.shapeLookup)
         #expect(before.facts == nil)
-        #expect(!SessionSettings.needsOwnSession(sql, looked: .some(before)))
+        #expect(!SessionSettings.needsOwnSession(sql, looked: before))
         #expect(try sql.render(quoteIdentifier: { $0 }, looked: before).text == "SELECT $1 AS looked_up_once, $2 AS b")
         let after = try #require(sql.shapeLookup)
         #expect(after.facts?.text?.text == "SELECT $1 AS looked_up_once, $2 AS b" && after.facts?.ownSession == false)
@@ -88,7 +88,7 @@ import Testing
         // A statement without a shape (runtime text) is scanned whole, either way.
         let runtime = SQL(unsafeRawSQL: "SET search_path = public")
         #expect(runtime.shapeLookup == nil)
-        #expect(SessionSettings.needsOwnSession(runtime, looked: .some(nil)))
+        #expect(SessionSettings.needsOwnSession(runtime, looked: nil))
     }
 
     /// A one-character statement is a literal without an address: rendered and checked in full.

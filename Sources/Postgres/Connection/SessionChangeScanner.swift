@@ -139,13 +139,16 @@ extension SessionSettings {
     /// The same for a statement not rendered yet (the pool asks before it has a connection):
     /// its text pieces and quoted names are scanned in place, without building its text. Only
     /// a `set_config(` call, whose arguments may be parameters, needs the statement's text.
-    ///
-    /// `looked`: its shape as the caller looked it up (`SQL.shapeLookup`; `.some(nil)`: it has
-    /// none); by default it is looked up here.
-    static func needsOwnSession(_ sql: SQL, looked: SQL.ShapeLookup?? = nil) -> Bool {
+    static func needsOwnSession(_ sql: SQL) -> Bool {
+        needsOwnSession(sql, looked: sql.shapeLookup)
+    }
+
+    /// The same, with the statement's shape as the caller looked it up (`SQL.shapeLookup`;
+    /// nil: it has none), so that the pool looks it up once for this and the render.
+    static func needsOwnSession(_ sql: SQL, looked: SQL.ShapeLookup?) -> Bool {
         // The answer depends only on the text, so a statement built from literals and values
         // is scanned once per shape (the pool asks before every statement).
-        guard let lookup = looked ?? sql.shapeLookup else { return scanForOwnSession(sql) }
+        guard let lookup = looked else { return scanForOwnSession(sql) }
         if let known = lookup.facts?.ownSession { return known }
         let found = scanForOwnSession(sql)
         SQL.remember(lookup.shape) { $0.ownSession = found }

@@ -230,7 +230,7 @@ public final class PostgresPool: Sendable {
     public func query(_ sql: SQL, timeout: Duration? = nil) async throws -> PostgresRows {
         // The statement's shape is looked up once, for the session check and the render.
         let looked = sql.shapeLookup
-        let shared = !SessionSettings.needsOwnSession(sql, looked: .some(looked))
+        let shared = !SessionSettings.needsOwnSession(sql, looked: looked)
         var attempt = 1
         while true {
             let connection = try await acquire(shared: shared)
