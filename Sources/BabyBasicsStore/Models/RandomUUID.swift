@@ -1,4 +1,4 @@
-import Foundation
+public import Foundation
 
 extension UUID {
     /// A random UUID (version 4, RFC 9562) from the standard library's system generator
@@ -7,10 +7,14 @@ extension UUID {
     /// a backend records with a generated id. (Newer Foundations have `UUID.random(using:)`;
     /// this one works with any.)
     ///
+    /// The store uses it for the ids it makes (an `EventDraft` without one, a new child); a
+    /// service that makes ids of its own for its drafts can use it too.
+    ///
     /// ```swift
     /// let id = UUID.version4()   // "5C4201E2-FBD2-4FA1-83B5-CBC1255FB61E": version 4
+    /// let draft = EventDraft(id: id, childID: child, payload: .diaper(.wet), start: start)
     /// ```
-    static func version4() -> UUID {
+    public static func version4() -> UUID {
         var generator = SystemRandomNumberGenerator()
         var words: (UInt64, UInt64) = (generator.next(), generator.next())
         return withUnsafeMutableBytes(of: &words) { bytes in
