@@ -40,7 +40,8 @@ struct MixFamily: Sendable {
     var day: PostgresDate
     var insertAt: EventTimestamp
 
-    func draft(id: UUID = UUID()) -> EventDraft {
+    /// Without an id, the store makes one (as for a backend's caller that sends none).
+    func draft(id: UUID? = nil) -> EventDraft {
         EventDraft(id: id, childID: family.child, payload: .diaper(.wet), start: insertAt)
     }
     var dashboard: SQL { Dashboard.statement(child: family.child, now: now, as: family.user) }
@@ -101,26 +102,41 @@ extension Runner {
                   ["ours", "nio", "pgbench"].contains(parts[2]) else {
                 throw BenchError("BB_BENCH_MIX_CELL is \"\(cell)\": give P,C,ours|nio|pgbench,seconds such as 8,64,ours,20")
             }
-            let result = switch parts[2] {
+            let sample = switch parts[2] {
             case "ours": try await mixOurs(appURL: appURL, families: mixFamilies, callers: callers, connections: connections, duration: seconds)
             case "nio": try await mixNIO(cluster: cluster, options: options, families: mixFamilies, callers: callers, connections: connections, duration: seconds)
             default: try await mixPgbench(cluster: cluster, options: options, script: script, callers: callers, connections: connections, duration: seconds)
             }
+            guard let result = MixSample.pooled([sample]) else { throw BenchError("no sample") }
             print("mix cell \(cell): \(Int(result.throughput)) loops/s, " + String(format: "%.0f µs CPU per loop, p50 %.1f ms", result.cpuPerLoop * 1e6, result.p50 * 1e3))
             return
         }
+        // Each cell twice per client, in the order ours, NIO, pgbench, pgbench, NIO, ours (a
+        // drift during the cell weighs on the three alike); each figure pools the two (loops
+        // over seconds, every latency, CPU over loops). One 5-second sample swung ±12% here:
+        // pgbench's three P = 8 cells are the same 8 clients, and one run measured them at 792,
+        // 1012 and 820 loops/s.
         let duration = quick ? 2.0 : 5.0
+        let clients = ["ours", "PostgresNIO", "pgbench"]
         for connections in [8, 32] {
             for callers in [16, 64, 256] {
                 log("concurrency mix: P=\(connections), C=\(callers)")
-                mixResults.append(try await mixOurs(appURL: appURL, families: mixFamilies, callers: callers, connections: connections, duration: duration))
-                mixResults.append(try await mixNIO(cluster: cluster, options: options, families: mixFamilies, callers: callers, connections: connections, duration: duration))
-                mixResults.append(try await mixPgbench(cluster: cluster, options: options, script: script, callers: callers, connections: connections, duration: duration))
+                var samples: [MixSample] = []
+                for client in clients + clients.reversed() {
+                    switch client {
+                    case "ours": samples.append(try await mixOurs(appURL: appURL, families: mixFamilies, callers: callers, connections: connections, duration: duration))
+                    case "PostgresNIO": samples.append(try await mixNIO(cluster: cluster, options: options, families: mixFamilies, callers: callers, connections: connections, duration: duration))
+                    default: samples.append(try await mixPgbench(cluster: cluster, options: options, script: script, callers: callers, connections: connections, duration: duration))
+                    }
+                }
+                for client in clients {
+                    if let result = MixSample.pooled(samples.filter { $0.client == client }) { mixResults.append(result) }
+                }
             }
         }
     }
 
-    func mixOurs(appURL: String, families: [MixFamily], callers: Int, connections: Int, duration: Double) async throws -> MixResult {
+    func mixOurs(appURL: String, families: [MixFamily], callers: Int, connections: Int, duration: Double) async throws -> MixSample {
         let waits = AcquireWaits()
         var configuration = PostgresConfiguration(appURL)
         configuration.metricsFactory = waits
@@ -140,13 +156,11 @@ extension Runner {
         let used = Usage.now() - before
         await pool.close()
         let acquired = waits.nanoseconds.withLock { $0 }.map { Double($0) / 1e9 }
-        var result = summarizeMix("ours", callers, connections, records.flatMap(\.latencies), elapsed, used)
-        result.acquireP50 = Measurement.percentile(acquired, 0.5)
-        result.acquireP99 = Measurement.percentile(acquired, 0.99)
-        return result
+        return MixSample(client: "ours", connections: connections, callers: callers,
+                         latencies: records.flatMap(\.latencies), seconds: elapsed, cpu: used.cpu, acquireWaits: acquired)
     }
 
-    func mixNIO(cluster: EmbeddedPostgres, options: String, families: [MixFamily], callers: Int, connections: Int, duration: Double) async throws -> MixResult {
+    func mixNIO(cluster: EmbeddedPostgres, options: String, families: [MixFamily], callers: Int, connections: Int, duration: Double) async throws -> MixSample {
         let socket = cluster.directory.appendingPathComponent(".s.PGSQL.\(try cluster.port())").path
         var configuration = PostgresClient.Configuration(unixSocketPath: socket, username: EmbeddedPostgres.superuser, password: try cluster.superuserPassword(), database: "mix")
         configuration.options.minimumConnections = connections
@@ -180,7 +194,7 @@ extension Runner {
             return PostgresQuery(unsafeSQL: text, binds: bindings)
         }
         let prepared: [Prepared] = try families.map { family in
-            let template = family.draft()
+            let template = family.draft(id: UUID.version4())
             let insert = EventRepository.recordStatement(template, as: family.family.user)
             let ids = insert.parameters.enumerated().compactMap { ($0.element.value as? UUID) == template.id ? $0.offset : nil }
             return Prepared(dashboard: query(family.dashboard.description, try encoded(family.dashboard)),
@@ -195,7 +209,7 @@ extension Runner {
                 guard count >= 1 else { throw BenchError("no row (NIO): the family's child was not found") }
             }
             var binds = family.insertBinds
-            let id = UUID()
+            let id = UUID.version4() // as the store makes them (Foundation's UUID() opens /dev/urandom each time)
             var bytes: [UInt8] = []
             try id.encode(into: &bytes)
             for position in family.idPositions { binds[position] = EncodedBind(bytes: bytes, oid: PostgresType.uuid.rawValue) }
@@ -211,7 +225,8 @@ extension Runner {
         let used = Usage.now() - before
         running.cancel()
         _ = await running.value
-        return summarizeMix("PostgresNIO", callers, connections, records.flatMap(\.latencies), elapsed, used)
+        return MixSample(client: "PostgresNIO", connections: connections, callers: callers,
+                         latencies: records.flatMap(\.latencies), seconds: elapsed, cpu: used.cpu)
     }
 
     /// The same three statements for pgbench: `$n` becomes a variable cast to the parameter's
@@ -271,17 +286,41 @@ extension Runner {
         }.joined(separator: "\n")
     }
 
-    func mixPgbench(cluster: EmbeddedPostgres, options: String, script: String, callers: Int, connections: Int, duration: Double) async throws -> MixResult {
+    func mixPgbench(cluster: EmbeddedPostgres, options: String, script: String, callers: Int, connections: Int, duration: Double) async throws -> MixSample {
         let clients = min(callers, connections)
         let (latencies, used) = try await runPgbench(cluster: cluster, database: "mix", script: script, clients: clients, duration: duration, options: options)
-        return summarizeMix("pgbench", callers, clients, latencies, duration, used)
+        return MixSample(client: "pgbench", connections: clients, callers: callers, latencies: latencies, seconds: duration, cpu: used.cpu)
     }
+}
 
-    func summarizeMix(_ client: String, _ callers: Int, _ connections: Int, _ latencies: [Double], _ elapsed: Double, _ used: Usage) -> MixResult {
-        let sorted = latencies.sorted()
+/// One client's run of one cell: what `MixResult` is made of, kept apart so that the two runs
+/// of a cell can be pooled.
+struct MixSample {
+    var client: String
+    var connections: Int
+    var callers: Int
+    var latencies: [Double]
+    var seconds: Double
+    /// User + system seconds of the client (getrusage).
+    var cpu: Double
+    /// Ours only: the pool's acquire waits, in seconds.
+    var acquireWaits: [Double]? = nil
+
+    /// The samples of one cell and client as one result: loops over seconds, percentiles of
+    /// every loop's latency, CPU over loops. Nil for no sample.
+    static func pooled(_ samples: [MixSample]) -> MixResult? {
+        guard let first = samples.first else { return nil }
+        let sorted = samples.flatMap(\.latencies).sorted()
         func at(_ p: Double) -> Double { sorted.isEmpty ? 0 : sorted[Int(Double(sorted.count - 1) * p)] }
-        return MixResult(client: client, connections: connections, callers: callers, loops: sorted.count, seconds: elapsed,
-                         p50: at(0.5), p99: at(0.99), p999: at(0.999), maximum: sorted.last ?? 0,
-                         cpuPerLoop: used.cpu / Double(max(sorted.count, 1)))
+        var result = MixResult(client: first.client, connections: first.connections, callers: first.callers, loops: sorted.count,
+                               seconds: samples.reduce(0) { $0 + $1.seconds },
+                               p50: at(0.5), p99: at(0.99), p999: at(0.999), maximum: sorted.last ?? 0,
+                               cpuPerLoop: samples.reduce(0) { $0 + $1.cpu } / Double(max(sorted.count, 1)))
+        let waits = samples.compactMap(\.acquireWaits)
+        if !waits.isEmpty {
+            result.acquireP50 = Measurement.percentile(waits.flatMap { $0 }, 0.5)
+            result.acquireP99 = Measurement.percentile(waits.flatMap { $0 }, 0.99)
+        }
+        return result
     }
 }
