@@ -103,6 +103,22 @@ import Testing
         #expect(try await connection.value(Int.self, "SELECT 2") == 2)
     }
 
+    /// Single-row mode ends with its stream: the next statement, already prepared and sent in
+    /// pipeline mode, gets all its rows in one result. (It once stayed on: that statement's
+    /// rows came back one result each, and the caller got none of them.)
+    @Test func theStatementAfterAStreamGetsAllItsRows() async throws {
+        let (connection, _) = try await freshConnection()
+        let sql: SQL = "SELECT n FROM generate_series(1, \(Int32(3))) AS n"
+        #expect(try await connection.query(sql).count == 3) // prepared now
+        for try await _ in try await connection.stream("SELECT n FROM generate_series(1, 5) AS n") {}
+        let after = try await connection.query(sql)
+        #expect(after.count == 3)
+        #expect(try after.map { try $0.decode(Int32.self, at: 0) } == [1, 2, 3])
+        // The same after a stream whose reader left early.
+        for try await _ in try await connection.stream("SELECT n FROM generate_series(1, 100000) AS n") { break }
+        #expect(try await connection.query(sql).count == 3)
+    }
+
     @Test func leavingHalfwayCancelsCleanly() async throws {
         let (connection, database) = try await freshConnection()
         let observer = try await database.connect()

@@ -22,6 +22,9 @@ final class ConnectionMirror: Sendable {
     /// The server sent FATAL while no statement ran (an administrator's termination, a
     /// shutdown, an idle-session timeout): it ends the session and runs nothing more.
     let serverEndedSession = Atomic<Bool>(false)
+    /// Requests a caller's thread queued without the isolated path (`queryFromCaller`; for
+    /// tests and the benchmarks).
+    let queuedFromCaller = Atomic<Int>(0)
 
     var isIdle: Bool {
         transactionStatus.load(ordering: .acquiring) == TransactionStatus.idle.rawValue && pending.load(ordering: .acquiring) == 0
@@ -388,23 +391,37 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         switch request.kind {
         case .extended(let steps):
             for step in steps { guard send(step, on: libpq) else { return false } }
-            let (ok, queued) = libpq.pipelineSync()
-            guard ok else { return false }
-            if queued {
-                if lastUnflushed == nil { loop.afterThisBatch { [self] in flushQueued() } }
-                lastUnflushed = request.id
-                unflushedCount += 1
-                return true
-            }
+            return sendSync(request, on: libpq)
         case .simple(let script):
             guard libpq.sendQuery(script) else { return false }
+            writeNow(request.id)
+            return true
         case .stream(let step, _):
             guard send(step, on: libpq), libpq.setSingleRowMode() else { return false }
+            return sendSync(request, on: libpq)
         }
+    }
+
+    /// Ends a pipelined request with its Sync: queued for the loop's batch write (libpq 17 or
+    /// newer), or flushed now.
+    private func sendSync(_ request: Request, on libpq: LibPQConnection) -> Bool {
+        let (ok, queued) = libpq.pipelineSync()
+        guard ok else { return false }
+        if queued {
+            if lastUnflushed == nil { loop.afterThisBatch { [self] in flushQueued() } }
+            lastUnflushed = request.id
+            unflushedCount += 1
+            return true
+        }
+        writeNow(request.id)
+        return true
+    }
+
+    /// Flushes request `id`, the only one in this write.
+    private func writeNow(_ id: UInt64) {
         mirror.requestsWritten.add(1, ordering: .relaxed)
         mirror.writes.add(1, ordering: .relaxed)
-        flushNow(undelivered: request.id)
-        return true
+        flushNow(undelivered: id)
     }
 
     private func send(_ step: Request.Step, on libpq: LibPQConnection) -> Bool {

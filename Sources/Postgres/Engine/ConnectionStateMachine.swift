@@ -28,7 +28,8 @@ struct ConnectionStateMachine {
         case pipelined(steps: Int)
         /// A script through the simple protocol; nothing else is in flight meanwhile.
         case simple
-        /// One statement in single-row mode, its rows handed over one by one; alone in flight.
+        /// One statement in single-row mode, its rows handed over one by one; alone in flight,
+        /// in pipeline mode with its own Sync.
         case stream
     }
 
@@ -383,7 +384,15 @@ struct ConnectionStateMachine {
         guard phase == .ready, cancel == nil, !waiting.isEmpty else { return nil }
         var enter = false, exit = false
         if case .pipelined = waiting[0].info.mode {
-            guard pipelineMode || inflight.isEmpty else { return nil }
+            // Not behind a stream (which goes alone, so it would be the head).
+            guard inflight.isEmpty || (pipelineMode && inflight[0].info.mode != .stream) else { return nil }
+            enter = !pipelineMode
+            pipelineMode = true
+        } else if waiting[0].info.mode == .stream {
+            // Alone, but in pipeline mode with a Sync of its own: libpq turns single-row mode
+            // off as it moves on to the Sync. Outside pipeline mode it stayed on, and the next
+            // pipelined statement's rows came back one result each (only the last was kept).
+            guard inflight.isEmpty else { return nil }
             enter = !pipelineMode
             pipelineMode = true
         } else {
@@ -486,12 +495,19 @@ struct ConnectionStateMachine {
         case .stream:
             switch event {
             case .endOfStep:
+                // The statement's results end; its Sync's answer ends the request.
+                inflight[0].nullsInARow += 1
+                if inflight[0].nullsInARow > 1 {
+                    return connectionLost(reason: "libpq lost its place in the pipeline (no Sync result for a stream); the connection was closed so no answer can go to the wrong caller")
+                }
+                return []
+            case .sync:
                 return complete()
             case .row:
                 // The driver says how many rows the stream then holds (`streamBuffer`): a row
                 // handed straight to a waiting reader is not buffered.
                 action = inflight[0].abandoned ? .discard : .deliverRow(id)
-            case .result, .sync, .aborted:
+            case .result, .aborted:
                 action = .discard
             case .copyStarted:
                 action = .abortCopy

@@ -146,7 +146,7 @@ private struct Simulation {
             return fails ? [.result, .failed("42601", .syntaxError), .endOfStep] : [.result, .result, .endOfStep]
         case .stream:
             let rows = [Event](repeating: .row, count: choose(6))
-            return rows + (fails ? [.failed("22012", .divisionByZero)] : [.result]) + [.endOfStep]
+            return rows + (fails ? [.failed("22012", .divisionByZero)] : [.result]) + [.endOfStep, .sync]
         }
     }
 

@@ -283,6 +283,38 @@ import Testing
         #expect(h.machine.interest.read)
     }
 
+    /// A stream goes alone, in pipeline mode, and ends at its own Sync's answer (libpq turns
+    /// single-row mode off as it moves on to that Sync; outside pipeline mode it stayed on for
+    /// the next statement). Nothing joins it meanwhile; afterwards pipelined requests need not
+    /// enter pipeline mode again.
+    @Test func aStreamGoesAloneInPipelineModeAndEndsAtItsSync() {
+        var h = ConnectionMachineHarness()
+        h.submit(1, .pipelined(steps: 1))
+        h.submit(2, .stream)
+        h.submit(3, .pipelined(steps: 1))
+        #expect(h.machine.nextSend(transactionStatus: .idle) == .send(1, enterPipeline: true, exitPipeline: false))
+        #expect(h.machine.nextSend(transactionStatus: .idle) == nil, "the stream went with a request in flight")
+        h.read(Machine.ResultEvent.step + [.sync])
+        #expect(h.machine.nextSend(transactionStatus: .idle) == .send(2, enterPipeline: false, exitPipeline: false))
+        #expect(h.machine.nextSend(transactionStatus: .idle) == nil, "a pipelined request joined the stream")
+        h.read([.row, .row, .result, .endOfStep])
+        #expect(h.answers[2] == nil, "the stream ended before its Sync's answer")
+        #expect(h.machine.nextSend(transactionStatus: .idle) == nil)
+        h.read([.sync])
+        #expect(h.rowsDelivered[2] == 2)
+        #expect(h.answers[2]?.count == 1)
+        #expect(h.machine.nextSend(transactionStatus: .idle) == .send(3, enterPipeline: false, exitPipeline: false))
+    }
+
+    @Test func aStreamWithoutItsSyncLosesTheConnection() {
+        var h = ConnectionMachineHarness()
+        h.submit(1, .stream)
+        h.pump()
+        h.read([.row, .result, .endOfStep, .endOfStep])
+        #expect(h.machine.isBroken)
+        #expect(h.error(1)?.message.contains("lost its place") == true)
+    }
+
     @Test func anAbandonedPausedStreamIsReadAgainCancelledAndDrained() {
         var h = ConnectionMachineHarness()
         h.submit(1, .stream)
@@ -293,7 +325,7 @@ import Testing
         h.apply(h.machine.abandonStream(1))
         #expect(h.resumeReadingAsked == 1, "the server can only see the cancel once its rows are off the wire")
         #expect(h.cancelsSent == [1])
-        h.read([.row, .row, .failed("57014", .queryCanceled), .endOfStep])
+        h.read([.row, .row, .failed("57014", .queryCanceled), .endOfStep, .sync])
         #expect(h.rowsDelivered[1] == 1, "rows after the reader left are dropped")
         #expect(h.answers[1]?.count == 1)
     }
