@@ -42,8 +42,10 @@ public actor PostgresConnection {
     nonisolated let configuration: PostgresConfiguration
     /// Logs, metrics and spans (see QueryObserver).
     nonisolated let observer: QueryObserver
-    /// Where the connection went, for spans (set once connected).
-    var server = ServerIdentity(address: "", port: nil, database: "")
+    /// Where the connection went, for spans (set once connected; read from any thread: a
+    /// pool's shared statement is observed on its caller's, see `queryFromCaller`).
+    nonisolated var server: ServerIdentity { identity.withLock { $0 } }
+    private nonisolated let identity = Mutex(ServerIdentity(address: "", port: nil, database: ""))
 
     // Statement cache (see StatementCache.swift)
     var statements: [StatementKey: PreparedStatement] = [:]
@@ -138,7 +140,8 @@ public actor PostgresConnection {
             observer.connectFailed(target: target, error: error)
             throw error
         }
-        server = core.serverIdentity
+        let reached = core.serverIdentity
+        identity.withLock { $0 = reached }
         observer.connected(server, backendPID: core.backendPID, serverVersion: core.serverVersion, duration: start.duration(to: .now))
     }
 
@@ -190,6 +193,13 @@ public actor PostgresConnection {
 
     static func nextRequestID() -> UInt64 { requestCounter.add(1, ordering: .relaxed).newValue }
 
+    /// The caller's task was cancelled before its statement left: nothing of it ran.
+    static var cancelledBeforeSending: PostgresError {
+        var error = PostgresError(kind: .queryCanceled, message: "the task was cancelled before the statement was sent", sqlState: "57014")
+        error.lostConnectionOutcome = .safe
+        return error
+    }
+
     /// Sends one request and waits for its results. Cancelling the task interrupts it (see
     /// `ConnectionStateMachine.interrupt`); `timeout` (else the configuration's `queryTimeout`),
     /// or what is left of the task's `PostgresDeadline` when that is shorter, is its deadline.
@@ -202,11 +212,7 @@ public actor PostgresConnection {
             return try await submitAndWait(request, deadline: timeout ?? configuration.queryTimeout)
         }
         let deadline = PostgresDeadline.bounding(timeout ?? configuration.queryTimeout)
-        if Task.isCancelled {
-            var error = PostgresError(kind: .queryCanceled, message: "the task was cancelled before the statement was sent", sqlState: "57014")
-            error.lostConnectionOutcome = .safe
-            throw error
-        }
+        if Task.isCancelled { throw Self.cancelledBeforeSending }
         let id = request.id
         let loop = self.loop
         // The operation uses `self`, so it stays isolated to this actor, on its I/O thread

@@ -54,7 +54,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// before it gives up (`FUTEX_TRYLOCK_PI`), and the loop's thread holds `execution`
     /// whenever it is awake, which is most of the time under load.
     private let pollerWaiting = Atomic<Bool>(false)
-    /// Jobs run on a caller's thread in place of the loop's (for tests and the bench).
+    /// Jobs and closures (`runFromCaller`) run on a caller's thread in place of the loop's (for
+    /// tests and the bench).
     let jobsRunInPlace = Atomic<Int>(0)
     /// Times an offered hop tried to take the loop from its thread (for tests).
     let inPlaceTries = Atomic<Int>(0)
@@ -134,7 +135,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         // (a task switching executors is no longer current when it enqueues itself; one
         // resuming another task's continuation is).
         if Self.canTellJobs, bb_offer_take(Unmanaged.passUnretained(self).toOpaque(), Self.address(of: job)) != 0,
-           withUnsafeCurrentTask(body: { $0 == nil }), runInPlace(job) {
+           withUnsafeCurrentTask(body: { $0 == nil }), runInPlace(.job(job)) {
             return
         }
         if askedToRunAgain(.job(job), job) { return }
@@ -185,9 +186,23 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
     }
 
-    /// Runs `job` on the calling thread as the loop, if the loop's thread sleeps and no work
-    /// waits before it (else returns false, and the job is queued as usual).
-    private func runInPlace(_ job: UnownedJob) -> Bool {
+    /// Runs `body` as the loop, from a caller's thread that does not run a loop: at once on
+    /// this thread in place of the loop's when the loop sleeps with no work waiting (as
+    /// `offerCallingThread` lets a hop do), else on the loop's thread soon (`execute`). From
+    /// the loop itself, it runs at once.
+    ///
+    /// ```swift
+    /// loop.runFromCaller { connection.assumeIsolated { $0.queueIfReady(…) } }
+    /// ```
+    func runFromCaller(_ body: @escaping @Sendable () -> Void) {
+        if inLoop { return body() }
+        if bb_is_loop_thread() == 0, runInPlace(.closure(body)) { return }
+        submit(.closure(body))
+    }
+
+    /// Runs `work` on the calling thread as the loop, if the loop's thread sleeps and no work
+    /// waits before it (else returns false, and the work is queued as usual).
+    private func runInPlace(_ work: Work) -> Bool {
         // An awake loop holds `execution`: no try (see `pollerWaiting`). The hint may be a
         // moment late either way; `execution` decides.
         guard pollerWaiting.load(ordering: .relaxed) else { return false }
@@ -197,10 +212,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             threadID.store(currentThreadID(), ordering: .relaxed)
             defer { threadID.store(loopThreadID.load(ordering: .relaxed), ordering: .relaxed) }
             jobsRunInPlace.add(1, ordering: .relaxed)
-            run(.job(job))
+            run(work)
             // What it left for the end of the batch (the flush of its request) runs now. What
             // it queued for the loop (it did not wake the loop for it) is the loop's to run:
-            // nothing but this job runs on the caller's thread.
+            // nothing but this work runs on the caller's thread.
             runAfterBatch()
             let leftWork = !inbox.withLock { $0.work.isEmpty }
             let soonerTimer = timers.nextDeadline.map { deadline in sleepsUntil.map { deadline < $0 } ?? true } ?? false

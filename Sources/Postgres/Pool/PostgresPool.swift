@@ -235,8 +235,14 @@ public final class PostgresPool: Sendable {
         while true {
             let connection = try await acquire(shared: shared)
             do {
-                connection.loop.offerCallingThread()
-                let rows = try await connection.query(sql, timeout: timeout, looked: looked)
+                let rows: PostgresRows
+                if shared {
+                    // Sent from this thread; the answer comes straight back to it (queryFromCaller).
+                    rows = try await connection.queryFromCaller(sql, timeout: timeout, looked: looked)
+                } else {
+                    connection.loop.offerCallingThread()
+                    rows = try await connection.query(sql, timeout: timeout, looked: looked)
+                }
                 await release(connection, shared: shared)
                 return rows
             } catch let error as PostgresError where attempt <= options.maximumConnections

@@ -21,6 +21,7 @@ import Testing
     static let busyLoop = EventLoop(index: 0, name: "postgres-io-t7")
     static let neighbourLoop = EventLoop(index: 0, name: "postgres-io-t8")
     static let awakeLoop = EventLoop(index: 0, name: "postgres-io-t9")
+    static let closureLoop = EventLoop(index: 0, name: "postgres-io-t11")
     /// No timer of its own wakes it either: every hop onto it while it sleeps runs in place.
     static let poolLoops = EventLoopGroup(count: 1, named: "postgres-io-t5", longestSleep: .seconds(3600))
 
@@ -114,13 +115,7 @@ import Testing
         let loopThread = await actor.thread()
 
         // Keep the loop's thread busy (awake, holding the loop) until the hop waits in its queue.
-        let started = Atomic<Bool>(false)
-        let gate = DispatchSemaphore(value: 0)
-        loop.execute {
-            started.store(true, ordering: .releasing)
-            gate.wait()
-        }
-        while !started.load(ordering: .acquiring) { await Task.yield() }
+        let gate = await holdBusy(loop)
 
         let triesBefore = loop.inPlaceTries.load(ordering: .relaxed)
         let inPlaceBefore = loop.jobsRunInPlace.load(ordering: .relaxed)
@@ -134,6 +129,39 @@ import Testing
 
         #expect(await hop.value == loopThread)
         #expect(loop.jobsRunInPlace.load(ordering: .relaxed) == inPlaceBefore)
+    }
+
+    /// `runFromCaller`: on a sleeping loop the closure runs on the caller's thread, as the
+    /// loop; on an awake one it waits its turn on the loop's thread; on the loop, it runs at once.
+    @Test func aClosureFromACallerRunsInPlaceOnlyWhenTheLoopSleeps() async {
+        let loop = Self.closureLoop
+        let actor = OnLoop(loop: loop)
+        let loopThread = await actor.thread()
+
+        await Self.untilAsleep(loop)
+        let caller = currentThreadID()
+        let ranOn = Mutex<(thread: UInt, asLoop: Bool)?>(nil)
+        loop.runFromCaller { ranOn.withLock { $0 = (currentThreadID(), loop.inLoop) } }
+        let inPlace = ranOn.withLock { $0 }
+        #expect(inPlace?.thread == caller, "the closure did not run before runFromCaller returned, on the caller's thread")
+        #expect(inPlace?.asLoop == true)
+
+        // Awake (busy with other work): queued, then run by the loop's thread.
+        let gate = await holdBusy(loop)
+        let queued = await withCheckedContinuation { (continuation: CheckedContinuation<UInt, Never>) in
+            loop.runFromCaller { continuation.resume(returning: currentThreadID()) }
+            #expect(loop.queuedWork == 1)
+            gate.signal()
+        }
+        #expect(queued == loopThread)
+
+        // From the loop's own thread: at once.
+        let atOnce = await Task(executorPreference: loop.taskExecutor) { () -> Bool in
+            let ran = Atomic<Bool>(false)
+            loop.runFromCaller { ran.store(true, ordering: .relaxed) }
+            return ran.load(ordering: .relaxed)
+        }.value
+        #expect(atOnce)
     }
 
     @Test(.timeLimit(.minutes(1))) func aDeadlineStartedInPlaceWakesTheSleepingLoop() async throws {
@@ -176,12 +204,17 @@ import Testing
         let options = PoolOptions(maximumConnections: 1, acquireTimeout: .seconds(3600), healthCheckAfterIdle: .seconds(3600))
         let pool = PostgresPool(configuration: database.configuration, options: options, loops: Self.poolLoops)
         let loop = Self.poolLoops.loops[0]
-        #expect(try await pool.withConnection { $0.loop } === loop)
+        let connection = try await pool.withConnection { $0 }
+        #expect(connection.loop === loop)
+        // Prepared first: then each call is one closure that queues it (queryFromCaller).
+        #expect(try await pool.query("SELECT \(Int32(0))::int4").first?.decode(Int32.self, at: 0) == 0)
         for value in Int32(1)...3 {
             await Self.untilAsleep(loop)
             let before = loop.jobsRunInPlace.load(ordering: .relaxed)
+            let queuedBefore = connection.core.mirror.queuedFromCaller.load(ordering: .relaxed)
             #expect(try await pool.query("SELECT \(value)::int4").first?.decode(Int32.self, at: 0) == value)
             #expect(loop.jobsRunInPlace.load(ordering: .relaxed) == before + 1, "call \(value) did not run in place")
+            #expect(connection.core.mirror.queuedFromCaller.load(ordering: .relaxed) == queuedBefore + 1)
             await Self.untilAsleep(loop)
             let transactionBefore = loop.jobsRunInPlace.load(ordering: .relaxed)
             let inTransaction = try await pool.transaction { connection in
