@@ -36,7 +36,12 @@ restore() {
 trap restore EXIT
 
 build() { # $1: label
-    if ! swift build -c release --package-path Benchmarks >"$out/build-$1.log" 2>&1; then
+    # SwiftPM keeps its build plan (the list of source files) across builds, and may not see
+    # that the swap of Sources/ added or removed a file: on a failure the plan is forgotten and
+    # the build tried once more, as the Makefile's BENCH_BUILD does.
+    if ! swift build -c release --package-path Benchmarks >"$out/build-$1.log" 2>&1 && ! {
+        rm -f Benchmarks/.build/release.yaml Benchmarks/.build/build.db Benchmarks/.build/*/release/description.json
+        swift build -c release --package-path Benchmarks >>"$out/build-$1.log" 2>&1; }; then
         echo "bench-ab: the $1 build failed (a library too far from this harness?): see $out/build-$1.log" >&2
         exit 1
     fi
