@@ -1,7 +1,12 @@
+#if defined(__linux__)
+#define _GNU_SOURCE // ppoll
+#endif
 #include "ceventloop.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__linux__)
@@ -137,6 +142,23 @@ void bb_wakeup_drain(int read_end) {
 #endif
 
 int bb_close(int fd) { return close(fd); }
+
+int bb_wait_readable(int fd, int wake_fd, int64_t timeout_ns) {
+    struct pollfd watched[2] = { { .fd = fd, .events = POLLIN }, { .fd = wake_fd, .events = POLLIN } };
+    int count;
+#if defined(__linux__)
+    struct timespec timeout = { (time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000) };
+    do { count = ppoll(watched, 2, &timeout, NULL); } while (count < 0 && errno == EINTR);
+#else
+    int timeout_ms = (int)((timeout_ns + 999999) / 1000000);
+    do { count = poll(watched, 2, timeout_ms); } while (count < 0 && errno == EINTR);
+#endif
+    if (count < 0) return -1;
+    if (watched[0].revents & (POLLERR | POLLHUP | POLLNVAL)) return 2;
+    if (watched[0].revents & POLLIN) return 1;
+    if (watched[1].revents) return 3;
+    return 0;
+}
 
 // One offer per thread: a thread hops one task at a time.
 static _Thread_local const void *offered_loop;

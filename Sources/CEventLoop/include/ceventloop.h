@@ -44,6 +44,12 @@ void bb_mark_loop_thread(void);
 /// 1 on a loop's own thread, else 0: such a thread never offers itself to another loop.
 int bb_is_loop_thread(void);
 
+/// Waits up to `timeout_ns` for `fd` to be readable, on the calling thread (a caller's thread
+/// waiting for its own answer in place of the loop's), or for `wake_fd` (the loop's wake-up
+/// descriptor: work came for the loop). 1: `fd` is readable; 2: its peer hung up or it failed;
+/// 3: `wake_fd` is readable; 0: the time ran out; -1 with errno.
+int bb_wait_readable(int fd, int wake_fd, int64_t timeout_ns);
+
 /// Closes a descriptor made here.
 int bb_close(int fd);
 

@@ -77,6 +77,8 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     /// The machine asked to read again (a paused stream drained, or its reader left).
     private var readAgain = false
     private var inEvent = false
+    /// When a caller's thread waits for its own answer (`awaitAnswerInPlace`).
+    private var answerWaits = AnswerWaitPolicy()
 
     var notificationHandler: ((PostgresNotification) -> Void)?
     var noticeBox: NoticeBox?
@@ -202,6 +204,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
 
     private func complete(_ id: UInt64, _ outcome: ConnectionStateMachine.Outcome, answerCaller: Bool) {
         guard let request = requests.removeValue(forKey: id) else { return }
+        loop.requestsInFlight -= 1
         if let libpq { mirror.transactionStatus.store(libpq.transactionStatus.rawValue, ordering: .releasing) }
         switch outcome {
         case .success:
@@ -235,11 +238,13 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         unflushedCount = 0
         for (id, error) in failures {
             guard let request = requests.removeValue(forKey: id) else { continue }
+            loop.requestsInFlight -= 1
             let error = described(error, for: request)
             if case .stream(_, let state) = request.kind, !state.finished { state.end(error) }
             request.finish(.failure(error))
         }
         for request in requests.values { request.finish(.failure(ConnectionStateMachine.closedError(closed: machine.isClosed))) }
+        loop.requestsInFlight -= requests.count
         requests.removeAll()
         for waiters in completionWaiters.values { waiters.forEach { $0.resume() } }
         completionWaiters.removeAll()
@@ -317,7 +322,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     // MARK: The socket
 
     private func watch(_ fd: Int32, interest wanted: ConnectionStateMachine.Interest) {
-        let bits = Int32((wanted.read ? BB_INTEREST_READ : 0) | (wanted.write ? BB_INTEREST_WRITE : 0))
+        let bits = Self.bits(of: wanted)
         if fd != socket || token == nil {
             unwatch()
             socket = fd
@@ -333,6 +338,22 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
                 if self.token == nil { handle { $0.connectionLost(reason: "the connection's socket could not be watched") } }
             }
             watched = wanted
+        }
+    }
+
+    private static let reading = ConnectionStateMachine.Interest(read: true, write: false)
+
+    private static func bits(of interest: ConnectionStateMachine.Interest) -> Int32 {
+        Int32((interest.read ? BB_INTEREST_READ : 0) | (interest.write ? BB_INTEREST_WRITE : 0))
+    }
+
+    /// Gives the socket back to the loop's poller as `watched` says (`awaitAnswerInPlace`).
+    private func rewatch() {
+        guard let token, socket >= 0 else { return }
+        if !loop.modify(socket, token: token, interest: Self.bits(of: watched)) {
+            loop.forget(token)
+            self.token = loop.register(socket, interest: Self.bits(of: watched), handler: self)
+            if self.token == nil { handle { $0.connectionLost(reason: "the connection's socket could not be watched") } }
         }
     }
 
@@ -360,6 +381,42 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
         settle()
     }
 
+    // MARK: The caller's own wait
+
+    /// Waits on the calling thread, up to `limit`, for request `id`'s answer, and reads it:
+    /// the caller's thread runs in place of the loop's, which sleeps (`EventLoop.runInPlace`).
+    /// True when the request completed (its caller is answered at the end of the run in place);
+    /// false when the time ran out or work came for the loop (`wake`, its wake-up descriptor,
+    /// turned readable), and nil when it did not wait: the loop's thread then takes the answer
+    /// as usual.
+    ///
+    /// It waits only for a request that is alone on its connection, written out, and not a
+    /// stream, and not after recent waits ran out (`AnswerWaitPolicy`). Meanwhile the socket is
+    /// off the loop's poller, so that the loop's thread does not wake for the same answer.
+    func awaitAnswerInPlace(_ id: UInt64, upTo limit: Duration, wake: Int32) -> Bool? {
+        guard requests.count == 1, requests[id] != nil, libpq != nil, !machine.isBroken, !machine.isOffloaded,
+              !machine.isStreaming, watched == Self.reading, answerWaits.mayWait() else { return nil }
+        guard let token, loop.modify(socket, token: token, interest: 0) else { return nil }
+        let clock = ContinuousClock()
+        let deadline = clock.now + limit
+        var interrupted = false
+        while requests[id] != nil, !machine.isBroken, watched == Self.reading {
+            let left = deadline - clock.now
+            guard left > .zero else { break }
+            let ready = bb_wait_readable(socket, wake, left.nanoseconds)
+            guard ready == 1 || ready == 2 else {
+                interrupted = ready == 3
+                break
+            }
+            ioReady(readable: true, writable: false, failed: ready == 2)
+        }
+        rewatch()
+        let answered = requests[id] == nil
+        // Work that came for the loop says nothing of how long answers take.
+        if answered || !interrupted { answerWaits.record(answered: answered) }
+        return answered
+    }
+
     // MARK: Sending
 
     /// Queues `request`; it is sent as soon as the connection's mode and any cancel in flight
@@ -367,6 +424,7 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     func submit(_ request: Request, deadline: Duration?) {
         request.info.deadline = deadline
         requests[request.id] = request
+        loop.requestsInFlight += 1
         handle { $0.submit(request.info) }
     }
 

@@ -64,6 +64,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     let jobsRunAgain = Atomic<Int>(0)
     /// Callers answered at the end of a batch (`answerAfterBatch`; for tests).
     let answersAfterBatch = Atomic<Int>(0)
+    /// Answers a caller's thread waited for itself, and got, after sending its request in place
+    /// of the loop (`awaitAnswerInPlace`; for tests and the bench).
+    let answersInPlace = Atomic<Int>(0)
+    /// Such waits given up (the time ran out, or work came for the loop): the loop's thread
+    /// took the answer (for tests).
+    let answerWaitsGivenUp = Atomic<Int>(0)
+    /// How long a caller's thread waits at most for its own answer (`awaitAnswerInPlace`).
+    let answerWaitLimit: Duration
     /// This loop as a task executor: tasks that prefer it run their code on the loop.
     let taskExecutor = LoopTaskExecutor()
 
@@ -75,6 +83,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private var afterBatch: [() -> Void] = []
     /// Callers' answers, given at the end of the batch (`answerAfterBatch`).
     private var answers: [() -> Void] = []
+    /// Requests sent or queued on this loop's connections and not complete (`ConnectionDriver`).
+    var requestsInFlight = 0
+    /// True while a caller's thread runs in place of the loop's (`runInPlace`).
+    private var runningInPlace = false
+    /// The request whose answer the caller running in place may wait for (`awaitAnswerInPlace`).
+    private var answerToAwait: (driver: ConnectionDriver, id: UInt64)?
     /// The job being run, and what it enqueued on this loop during its own run (see `run(_:)`).
     private var runningJob: UnsafeRawPointer?
     private var runAgain: Work?
@@ -87,10 +101,11 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     let longestSleep: Duration
 
     /// `name`: its thread's (`postgres-io-<index>` unless given; tests name theirs
-    /// `postgres-io-t…`).
-    init(index: Int, name: String? = nil, longestSleep: Duration = .seconds(1)) {
+    /// `postgres-io-t…`). `answerWaitLimit`: see `awaitAnswerInPlace` (tests set others).
+    init(index: Int, name: String? = nil, longestSleep: Duration = .seconds(1), answerWaitLimit: Duration = .microseconds(300)) {
         self.index = index
         self.longestSleep = longestSleep
+        self.answerWaitLimit = answerWaitLimit
         poller = bb_poller_create()
         var writeEnd: Int32 = -1
         wakeRead = bb_wakeup_create(&writeEnd)
@@ -210,19 +225,67 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         let ran: Bool? = execution.withLockIfAvailable { _ -> Bool in
             guard inbox.withLock({ $0.work.isEmpty }) else { return false }
             threadID.store(currentThreadID(), ordering: .relaxed)
-            defer { threadID.store(loopThreadID.load(ordering: .relaxed), ordering: .relaxed) }
+            runningInPlace = true
+            defer {
+                runningInPlace = false
+                answerToAwait = nil
+                threadID.store(loopThreadID.load(ordering: .relaxed), ordering: .relaxed)
+            }
             jobsRunInPlace.add(1, ordering: .relaxed)
             run(work)
             // What it left for the end of the batch (the flush of its request) runs now. What
             // it queued for the loop (it did not wake the loop for it) is the loop's to run:
             // nothing but this work runs on the caller's thread.
             runAfterBatch()
-            let leftWork = !inbox.withLock { $0.work.isEmpty }
-            let soonerTimer = timers.nextDeadline.map { deadline in sleepsUntil.map { deadline < $0 } ?? true } ?? false
-            if leftWork || soonerTimer { bb_wakeup_signal(wakeWrite) }
+            if let (driver, id) = answerToAwait, requestsInFlight == 1, inbox.withLock({ $0.work.isEmpty }) {
+                answerToAwait = nil
+                // Not past the loop's next timer (a deadline of this request, say): the loop's
+                // thread fires it, woken below when it would sleep past it.
+                let now = ContinuousClock.now
+                let limit = timers.nextDeadline.map { min(answerWaitLimit, $0 - now) } ?? answerWaitLimit
+                if limit > .zero {
+                    switch driver.awaitAnswerInPlace(id, upTo: limit, wake: wakeRead) {
+                    case true?: answersInPlace.add(1, ordering: .relaxed)
+                    case false?: answerWaitsGivenUp.add(1, ordering: .relaxed)
+                    case nil: break
+                    }
+                    runAfterBatch()
+                }
+            }
+            if needsLoopThread { bb_wakeup_signal(wakeWrite) }
             return true
         }
         return ran ?? false
+    }
+
+    /// After a run in place: whether work waits for the loop's thread, or a timer is due
+    /// before the sleeping thread wakes on its own. (Under `execution`.)
+    private var needsLoopThread: Bool {
+        let leftWork = !inbox.withLock { $0.work.isEmpty }
+        let soonerTimer = timers.nextDeadline.map { deadline in sleepsUntil.map { deadline < $0 } ?? true } ?? false
+        return leftWork || soonerTimer
+    }
+
+    /// Lets the caller whose thread runs in place of the loop's now wait there for request
+    /// `id`'s answer, once its request is written (`runInPlace`): its thread is then woken once
+    /// per statement (by the answer), not twice (the loop's thread by the answer, then the
+    /// caller's by the loop). Called by a connection, under `execution`; nothing happens when no
+    /// caller runs in place.
+    ///
+    /// The wait is short (`answerWaitLimit`, 300 µs unless a test sets another, and never past
+    /// the loop's next timer), and only taken when the request is the only one in flight on this
+    /// loop. It ends as soon as work is posted to the loop (a cancel, another caller's request),
+    /// so a caller's thread never holds the loop from others: the loop's thread then takes the
+    /// answer as before. The blocked thread is one of Swift's cooperative pool's, for that
+    /// short while.
+    ///
+    /// ```swift
+    /// core.submit(request, deadline: deadline)
+    /// loop.awaitAnswerInPlace(core, request.id)
+    /// ```
+    func awaitAnswerInPlace(_ driver: ConnectionDriver, _ id: UInt64) {
+        guard runningInPlace else { return }
+        answerToAwait = (driver, id)
     }
 
     func asUnownedSerialExecutor() -> UnownedSerialExecutor {
@@ -497,8 +560,10 @@ final class EventLoopGroup: Sendable {
 
     /// `count` loops of a test's own: their threads are named `prefix` and their index, and
     /// they sleep `longestSleep` at most while they watch a connection.
-    init(count: Int, named prefix: String, longestSleep: Duration) {
-        loops = (0..<max(1, count)).map { EventLoop(index: $0, name: prefix + String($0), longestSleep: longestSleep) }
+    init(count: Int, named prefix: String, longestSleep: Duration, answerWaitLimit: Duration = .microseconds(300)) {
+        loops = (0..<max(1, count)).map {
+            EventLoop(index: $0, name: prefix + String($0), longestSleep: longestSleep, answerWaitLimit: answerWaitLimit)
+        }
     }
 
     /// The process's loops: one per two cores, at least one, at most four. The client's work is
