@@ -65,7 +65,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Callers answered at the end of a batch (`answerAfterBatch`; for tests).
     let answersAfterBatch = Atomic<Int>(0)
     /// Answers a caller's thread waited for itself, and got, after sending its request in place
-    /// of the loop (`awaitAnswerInPlace`; for tests and the bench).
+    /// of the loop (`awaitAnswerInPlace`; for tests).
     let answersInPlace = Atomic<Int>(0)
     /// Such waits given up (the time ran out, or work came for the loop): the loop's thread
     /// took the answer (for tests).
