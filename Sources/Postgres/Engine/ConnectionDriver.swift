@@ -396,7 +396,11 @@ final class ConnectionDriver: EventLoop.Handler, @unchecked Sendable {
     func awaitAnswerInPlace(_ id: UInt64, upTo limit: Duration, wake: Int32) -> Bool? {
         guard requests.count == 1, requests[id] != nil, libpq != nil, !machine.isBroken, !machine.isOffloaded,
               !machine.isStreaming, watched == Self.reading, answerWaits.mayWait() else { return nil }
-        guard let token, loop.modify(socket, token: token, interest: 0) else { return nil }
+        guard let token else { return nil }
+        guard loop.modify(socket, token: token, interest: 0) else {
+            rewatch() // the descriptor is no longer registered: registered anew
+            return nil
+        }
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         var interrupted = false
