@@ -211,7 +211,7 @@ citus-bench: deps
 
 # Benchmarks: ours vs C libpq, pgbench, PostgresNIO and asyncpg (a separate package, never built by `make test`).
 # Writes BENCHMARKS.md and Benchmarks/results/. The release build of PostgresNIO takes a few
-# minutes the first time; the run itself stays under 10 minutes on 2 cores.
+# minutes the first time; README.md says how long a full run takes on 2 cores.
 bench: deps
 	@command -v wrk >/dev/null 2>&1 || { echo "Installing wrk (the HTTP group's load generator) with apt-get"; \
 		{ $(SUDO) apt-get install -y -qq --no-install-recommends wrk >/dev/null 2>&1 \

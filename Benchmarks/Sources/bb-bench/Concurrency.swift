@@ -9,8 +9,9 @@ import Glibc
 
 /// Many callers through a pool of P connections: ours (`PostgresPool`, one-statement calls
 /// pipelined), PostgresNIO's `PostgresClient` and asyncpg's pool (on uvloop) with the same
-/// limit, and pgbench with P clients as the floor. Same server, same statements, one after the
-/// other; then a few cells again with the server on one core and the client on another.
+/// limit, and pgbench with P clients as the floor. Same server, same statements; every client
+/// twice per cell, interleaved (`everyClientTwice`); then a few cells again with the server on
+/// one core and the client on another.
 struct LoadResult: Codable, Sendable {
     var client: String
     var statement: String
@@ -25,7 +26,38 @@ struct LoadResult: Codable, Sendable {
     var cpuPerOperation: Double
     /// Voluntary and involuntary context switches of the client per operation.
     var switchesPerOperation: Double
+    /// The throughput of each run pooled into this one, in the order they ran (nil: one run;
+    /// a report of an older run has none).
+    var passes: [Double]? = nil
     var throughput: Double { seconds > 0 ? Double(operations) / seconds : 0 }
+
+    /// Two or more runs of one client in one cell as one result: operations over seconds; CPU,
+    /// context switches, p50 and p99 averaged with each run weighted by its operations; the
+    /// largest maximum. (asyncpg reports percentiles, not every latency, so the percentiles
+    /// are averaged rather than recomputed from all the latencies.)
+    static func pooled(_ runs: [LoadResult]) -> LoadResult? {
+        guard var pooled = runs.first else { return nil }
+        let operations = runs.map(\.operations).reduce(0, +)
+        let weight = Double(max(operations, 1))
+        func mean(_ figure: KeyPath<LoadResult, Double>) -> Double {
+            runs.map { $0[keyPath: figure] * Double($0.operations) }.reduce(0, +) / weight
+        }
+        pooled.operations = operations
+        pooled.seconds = runs.map(\.seconds).reduce(0, +)
+        pooled.p50 = mean(\.p50)
+        pooled.p99 = mean(\.p99)
+        pooled.maximum = runs.map(\.maximum).max() ?? 0
+        pooled.cpuPerOperation = mean(\.cpuPerOperation)
+        pooled.switchesPerOperation = mean(\.switchesPerOperation)
+        pooled.passes = runs.flatMap { $0.passes ?? [$0.throughput] }
+        return pooled
+    }
+
+    /// How far apart this result's runs were: (highest − lowest) / lowest throughput (0: one run).
+    var spread: Double {
+        guard let passes, let low = passes.min(), let high = passes.max(), low > 0 else { return 0 }
+        return (high - low) / low
+    }
 }
 
 /// CPU time and context switches so far, of this process or of its waited-for children.
@@ -83,13 +115,7 @@ extension Runner {
             for connections in [16, 32] {
                 for callers in callerCounts {
                     log("concurrency: \(statement.rawValue), P=\(connections), C=\(callers)")
-                    loads.append(try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration).0)
-                    loads.append(try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration, onIOThread: true).0)
-                    loads.append(try await loadPgbench(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
-                    loads.append(try await loadNIO(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration))
-                    if let asyncpg = try await loadAsyncpg(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration) {
-                        loads.append(asyncpg)
-                    }
+                    loads += try await everyClientTwice(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration)
                 }
             }
         }
@@ -100,6 +126,28 @@ extension Runner {
         let (flatLoad, windows) = try await loadOurs(cluster: cluster, statement: .select1, callers: 256, connections: 16, duration: long, window: 10, onIOThread: true)
         self.loads = loads
         self.flatness = Flatness(load: flatLoad, windowSeconds: 10, perWindow: windows)
+    }
+
+    /// Every client in one cell, twice: in the order ours, ours (I/O), pgbench, NIO, asyncpg,
+    /// then back (asyncpg, NIO, pgbench, ours (I/O), ours), so that a drift of the shared
+    /// machine during the cell weighs on every client alike; each client's two runs pooled.
+    /// One run of 5 s per client let one stall of the host decide a cell: a full run measured
+    /// the plain P = 32, C = 64 index lookup at 15,500/s, where the same build made
+    /// 25,457/s and 26,051/s alone on the same host minutes later.
+    func everyClientTwice(cluster: EmbeddedPostgres, statement: LoadStatement, callers: Int, connections: Int, duration: Double) async throws -> [LoadResult] {
+        let order = ["ours", "ours, I/O thread", "pgbench", "PostgresNIO", "asyncpg"]
+        var runs: [String: [LoadResult]] = [:]
+        for client in order + order.reversed() {
+            let run: LoadResult? = switch client {
+            case "ours": try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration).0
+            case "ours, I/O thread": try await loadOurs(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration, onIOThread: true).0
+            case "pgbench": try await loadPgbench(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration)
+            case "PostgresNIO": try await loadNIO(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration)
+            default: try await loadAsyncpg(cluster: cluster, statement: statement, callers: callers, connections: connections, duration: duration)
+            }
+            if let run { runs[client, default: []].append(run) }
+        }
+        return order.compactMap { runs[$0].flatMap(LoadResult.pooled) }
     }
 
     /// `BB_BENCH_CELL=statement,P,C,ours|io,seconds` (e.g. `lookup,16,256,ours,20`): only that
@@ -191,13 +239,7 @@ extension Runner {
             try await Pinning.with(cluster: cluster, server: server, client: client, all: cpus) {
                 for callers in callerCounts {
                     log("concurrency, pinned (server on CPU \(server), client on CPU \(client)): SELECT $1, P=16, C=\(callers)")
-                    loads.append(try await loadOurs(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration).0)
-                    loads.append(try await loadOurs(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration, onIOThread: true).0)
-                    loads.append(try await loadPgbench(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration))
-                    loads.append(try await loadNIO(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration))
-                    if let asyncpg = try await loadAsyncpg(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration) {
-                        loads.append(asyncpg)
-                    }
+                    loads += try await everyClientTwice(cluster: cluster, statement: .select1, callers: callers, connections: 16, duration: duration)
                 }
             }
         } catch let error as BenchError where error.description.hasPrefix("cannot pin") {
