@@ -88,6 +88,8 @@ struct Runner {
     var httpResult: HTTPResult?
     /// The Citus group (Citus.swift), run only by `make citus-bench` (`--only=citus`).
     var citusResult: CitusResult?
+    /// The host's CPU steal during each group (HostSteal.swift).
+    var steal: [GroupSteal] = []
     /// --large: the growth group goes on to 10M events.
     var large = false
     /// Groups to run; nil: all.
@@ -135,24 +137,38 @@ struct Runner {
                            options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
         let clients = try await Clients.connect(cluster: cluster, database: "bench", cBinary: cBinary)
 
+        // Each group's steal share is noted as it ends (HostSteal.swift).
+        var start = CPUTimes.now()
         if runs("roundtrips") {
             try await roundTrips(clients)
             try await roundTripsCacheOff(cluster: cluster, clients: clients)
             try await roundTripsObserved(cluster: cluster, clients: clients)
+            noteSteal("roundtrips", since: start)
         }
-        if runs("decoding") { try await decoding(clients) }
-        if runs("writes") { try await writes(clients) }
+        start = CPUTimes.now()
+        if runs("decoding") { try await decoding(clients); noteSteal("decoding", since: start) }
+        start = CPUTimes.now()
+        if runs("writes") { try await writes(clients); noteSteal("writes", since: start) }
+        start = CPUTimes.now()
         if runs("sync") {
             try await syncCost(clients)
             try await syncLatency(cluster: cluster, clients: clients)
+            noteSteal("sync", since: start)
         }
-        if runs("concurrency") { try await concurrency(cluster: cluster) }
-        if runs("mix") { try await mix(cluster: cluster) }
-        if runs("domain") { try await domain(cluster: cluster, clients: clients) }
-        if runs("growth") { try await growth(cluster: cluster) }
-        if runs("writepath") { try await writePath(cluster: cluster) }
-        if runs("scaleout") { try await scaleOut() }
-        if runs("http") { try await http(cluster: cluster) }
+        start = CPUTimes.now()
+        if runs("concurrency") { try await concurrency(cluster: cluster); noteSteal("concurrency", since: start) }
+        start = CPUTimes.now()
+        if runs("mix") { try await mix(cluster: cluster); noteSteal("mix", since: start) }
+        start = CPUTimes.now()
+        if runs("domain") { try await domain(cluster: cluster, clients: clients); noteSteal("domain", since: start) }
+        start = CPUTimes.now()
+        if runs("growth") { try await growth(cluster: cluster); noteSteal("growth", since: start) }
+        start = CPUTimes.now()
+        if runs("writepath") { try await writePath(cluster: cluster); noteSteal("writepath", since: start) }
+        start = CPUTimes.now()
+        if runs("scaleout") { try await scaleOut(); noteSteal("scaleout", since: start) }
+        start = CPUTimes.now()
+        if runs("http") { try await http(cluster: cluster); noteSteal("http", since: start) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)

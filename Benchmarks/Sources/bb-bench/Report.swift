@@ -24,6 +24,9 @@ extension Runner {
             "",
             "**Machine:** \(machine).",
             "",
+        ]
+        if let stealLine = stealLine() { lines += [stealLine, ""] }
+        lines += [
             "Ours = this package's `Postgres` module (and `BabyBasicsStore` for the domain cases); C = libpq used directly",
             "(`Benchmarks/clibpq/bench.c`); NIO = PostgresNIO \("1.33"). All three use one connection each to the same embedded",
             "server, and run interleaved in one process tree (ours, C, NIO, ours, …). Figures are medians over repetitions;",
@@ -60,11 +63,11 @@ extension Runner {
             var machine: String; var quick: Bool; var totalSeconds: Double; var results: [CaseResult]; var notes: [String]
             var concurrency: [LoadResult]; var pinned: [LoadResult]; var flatness: Flatness?; var growth: [GrowthPoint]; var writePath: [WritePathPoint]
             var writePathAblations: [WritePathAblation]
-            var scaleOut: ScaleOutResult?; var http: HTTPResult?; var mix: [MixResult]
+            var scaleOut: ScaleOutResult?; var http: HTTPResult?; var mix: [MixResult]; var steal: [GroupSteal]
         }
         let folder = repository.appendingPathComponent("Benchmarks/results")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        try encoder.encode(Raw(machine: machine, quick: quick, totalSeconds: total, results: results, notes: notes, concurrency: loads, pinned: pinnedLoads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, writePathAblations: writePathAblations, scaleOut: scaleOutResult, http: httpResult, mix: mixResults)).write(to: folder.appendingPathComponent("latest.json"))
+        try encoder.encode(Raw(machine: machine, quick: quick, totalSeconds: total, results: results, notes: notes, concurrency: loads, pinned: pinnedLoads, flatness: flatness, growth: growthPoints, writePath: writePathPoints, writePathAblations: writePathAblations, scaleOut: scaleOutResult, http: httpResult, mix: mixResults, steal: steal)).write(to: folder.appendingPathComponent("latest.json"))
     }
 
     /// The Citus section as the last `make citus-bench` wrote it (between its markers): a full
