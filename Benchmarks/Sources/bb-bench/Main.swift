@@ -137,42 +137,37 @@ struct Runner {
                            options: .init(directory: repository.appendingPathComponent("Migrations"))).up()
         let clients = try await Clients.connect(cluster: cluster, database: "bench", cBinary: cBinary)
 
-        // Each group's steal share is noted as it ends (HostSteal.swift).
-        var start = CPUTimes.now()
-        if runs("roundtrips") {
-            try await roundTrips(clients)
-            try await roundTripsCacheOff(cluster: cluster, clients: clients)
-            try await roundTripsObserved(cluster: cluster, clients: clients)
-            noteSteal("roundtrips", since: start)
+        try await group("roundtrips") { runner in
+            try await runner.roundTrips(clients)
+            try await runner.roundTripsCacheOff(cluster: cluster, clients: clients)
+            try await runner.roundTripsObserved(cluster: cluster, clients: clients)
         }
-        start = CPUTimes.now()
-        if runs("decoding") { try await decoding(clients); noteSteal("decoding", since: start) }
-        start = CPUTimes.now()
-        if runs("writes") { try await writes(clients); noteSteal("writes", since: start) }
-        start = CPUTimes.now()
-        if runs("sync") {
-            try await syncCost(clients)
-            try await syncLatency(cluster: cluster, clients: clients)
-            noteSteal("sync", since: start)
+        try await group("decoding") { try await $0.decoding(clients) }
+        try await group("writes") { try await $0.writes(clients) }
+        try await group("sync") { runner in
+            try await runner.syncCost(clients)
+            try await runner.syncLatency(cluster: cluster, clients: clients)
         }
-        start = CPUTimes.now()
-        if runs("concurrency") { try await concurrency(cluster: cluster); noteSteal("concurrency", since: start) }
-        start = CPUTimes.now()
-        if runs("mix") { try await mix(cluster: cluster); noteSteal("mix", since: start) }
-        start = CPUTimes.now()
-        if runs("domain") { try await domain(cluster: cluster, clients: clients); noteSteal("domain", since: start) }
-        start = CPUTimes.now()
-        if runs("growth") { try await growth(cluster: cluster); noteSteal("growth", since: start) }
-        start = CPUTimes.now()
-        if runs("writepath") { try await writePath(cluster: cluster); noteSteal("writepath", since: start) }
-        start = CPUTimes.now()
-        if runs("scaleout") { try await scaleOut(); noteSteal("scaleout", since: start) }
-        start = CPUTimes.now()
-        if runs("http") { try await http(cluster: cluster); noteSteal("http", since: start) }
+        try await group("concurrency") { try await $0.concurrency(cluster: cluster) }
+        try await group("mix") { try await $0.mix(cluster: cluster) }
+        try await group("domain") { try await $0.domain(cluster: cluster, clients: clients) }
+        try await group("growth") { try await $0.growth(cluster: cluster) }
+        try await group("writepath") { try await $0.writePath(cluster: cluster) }
+        try await group("scaleout") { try await $0.scaleOut() }
+        try await group("http") { try await $0.http(cluster: cluster) }
 
         let total = seconds(clock.now - started)
         try await writeReport(cluster: cluster, clients: clients, total: total)
         log("done in \(Int(total)) s")
+    }
+
+    /// Runs one group of cases, unless `--only` leaves it out, and notes the host's CPU steal
+    /// during it (HostSteal.swift).
+    mutating func group(_ name: String, _ body: (inout Runner) async throws -> Void) async throws {
+        guard runs(name) else { return }
+        let start = CPUTimes.now()
+        try await body(&self)
+        noteSteal(name, since: start)
     }
 
     // MARK: Cases
